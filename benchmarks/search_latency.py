@@ -1,0 +1,210 @@
+"""Index a catalog, serve it on loopback, and time GET /search one request at a time.
+
+    .venv/bin/python benchmarks/search_latency.py                      # the shared catalog
+    .venv/bin/python benchmarks/search_latency.py --catalog indexer/data/demo_books.jsonl --json
+
+Prints the indexing run (books/s; a rerun on the same database embeds nothing), the latency of
+GET /search over HTTP (p50/p95/p99), and the two stages inside it measured in-process in the
+same run: the query encoder and the attention core over the whole catalog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from sqlalchemy.orm import Session
+
+from indexer import db, pipeline
+from indexer.data import DEMO_CATALOG
+from indexer.settings import IndexSettings
+from models.encoder import SentenceTransformerEncoder
+from service.main import load_ranker
+from service.settings import ServiceSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data" / "books.jsonl"
+QUERIES = [
+    "generative AI",
+    "machine learning for beginners",
+    "a wizard school",
+    "space opera empire",
+    "history of the second world war",
+    "romance in victorian england",
+    "cooking italian food",
+    "how the brain works",
+    "murder mystery detective",
+    "relational databases and SQL",
+    "children's picture book about animals",
+    "philosophy of mind",
+    "the american civil war",
+    "learning to program in python",
+    "a dragon and a quest",
+    "economics of inequality",
+    "poetry collection",
+    "vampires",
+    "climate change",
+    "biography of a scientist",
+]
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def index(catalog: Path, url: str) -> dict[str, float]:
+    settings = IndexSettings(database_url=url)
+    engine = db.create_db_engine(url)
+    encoder = SentenceTransformerEncoder(settings.model, device="cpu")
+    try:
+        report = pipeline.run(settings, engine=engine, encoder=encoder, path=catalog)
+    finally:
+        engine.dispose()
+    return {
+        "books": report.books,
+        "embedded": report.embedded,
+        "seconds": report.seconds,
+        "books_per_s": report.books_per_second,
+    }
+
+
+def http_latency(url: str, rounds: int) -> dict[str, float]:
+    port = free_port()
+    env = {**os.environ, "ATTEND_DATABASE_URL": url, "ATTEND_LOG_LEVEL": "WARNING"}
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("attend")), "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=base, timeout=30) as client:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    if client.get("/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("attend serve did not come up")
+                time.sleep(0.2)
+            for q in QUERIES:  # warm-up
+                client.get("/search", params={"q": q})
+            times = []
+            for _ in range(rounds):
+                for q in QUERIES:
+                    t0 = time.perf_counter()
+                    r = client.get("/search", params={"q": q})
+                    times.append((time.perf_counter() - t0) * 1000)
+                    r.raise_for_status()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return {
+        "n": len(times),
+        "p50_ms": percentile(times, 50),
+        "p95_ms": percentile(times, 95),
+        "p99_ms": percentile(times, 99),
+        "mean_ms": statistics.fmean(times),
+    }
+
+
+def stage_latency(url: str, rounds: int) -> dict[str, float]:
+    settings = ServiceSettings(database_url=url, device="cpu")
+    encoder = SentenceTransformerEncoder(settings.model, device="cpu")
+    engine = db.create_db_engine(url)
+    with Session(engine) as session:
+        ranker = load_ranker(settings, session=session, model=encoder.name)
+    engine.dispose()
+    enc, att = [], []
+    for _ in range(rounds):
+        for text in QUERIES:
+            t0 = time.perf_counter()
+            q = encoder.encode([text])
+            t1 = time.perf_counter()
+            ranker.rank(q, k=10, scale=settings.scale)
+            t2 = time.perf_counter()
+            enc.append((t1 - t0) * 1000)
+            att.append((t2 - t1) * 1000)
+    return {
+        "catalog": len(ranker),
+        "encode_p50_ms": statistics.median(enc),
+        "attend_p50_ms": statistics.median(att),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--catalog", type=Path, default=SHARED if SHARED.exists() else DEMO_CATALOG)
+    parser.add_argument("--database-url", help="default: a SQLite file in benchmarks/results/")
+    parser.add_argument("--rounds", type=int, default=10, help="passes over the 20 queries")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    results = ROOT / "benchmarks" / "results"
+    results.mkdir(exist_ok=True)
+    url = args.database_url
+    if url is None:  # a fresh file, so the first run embeds the whole catalog
+        path = results / f"{args.catalog.stem}.db"
+        for stale in results.glob(f"{path.name}*"):
+            stale.unlink()
+        url = f"sqlite:///{path}"
+
+    first = index(args.catalog, url)
+    rerun = index(args.catalog, url)
+    http = http_latency(url, args.rounds)
+    stages = stage_latency(url, args.rounds)
+    out = {
+        "catalog": str(args.catalog),
+        "database": url.split(":")[0],
+        "index": first,
+        "reindex_noop": rerun,
+        "http": http,
+        "stages": stages,
+        "threads": os.cpu_count(),
+    }
+    if args.json:
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        return
+    rows = [
+        ("index: books", f"{first['books']:.0f} ({first['embedded']:.0f} embedded)"),
+        ("index: seconds", f"{first['seconds']:.1f}"),
+        ("index: books/s", f"{first['books_per_s']:.1f}"),
+        ("re-index, nothing changed: seconds", f"{rerun['seconds']:.1f}"),
+        (
+            f"GET /search p50 / p95 / p99 ms (n={http['n']:.0f})",
+            f"{http['p50_ms']:.1f} / {http['p95_ms']:.1f} / {http['p99_ms']:.1f}",
+        ),
+        ("  in-process: encode query p50 ms", f"{stages['encode_p50_ms']:.2f}"),
+        (
+            f"  in-process: attend over {stages['catalog']:.0f} keys p50 ms",
+            f"{stages['attend_p50_ms']:.2f}",
+        ),
+    ]
+    width = max(len(r[0]) for r in rows)
+    sys.stdout.write(f"catalog {args.catalog} on {out['database']}\n")
+    for name, value in rows:
+        sys.stdout.write(f"{name:<{width}}  {value}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""Reads and writes of the index. Keyword-only `session=` functions that never commit.
+
+Vectors travel as little-endian float32 bytes; `load_index` returns them as one
+contiguous (N, d) array per role, in book-id order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Table, delete, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session, aliased
+
+from indexer.catalog import CatalogRecord
+from indexer.schema import Book, BookVector, IndexMetadata
+
+DTYPE = "float32"
+_NP_DTYPE = np.dtype("<f4")
+TEXT_FIELD = "text"  # the title and the description together
+
+
+@dataclass(frozen=True)
+class VectorRow:
+    book_id: str
+    role: str  # "key" or "value"
+    field: str
+    content_hash: str
+    vector: np.ndarray  # (d,) float32
+
+
+@dataclass(frozen=True)
+class LoadedIndex:
+    """Everything the attention core needs, aligned by row: row i is book ids[i]."""
+
+    ids: list[str]
+    titles: list[str]
+    authors: list[list[str]]
+    years: list[int | None]
+    languages: list[str | None]
+    keys: np.ndarray  # (N, d) float32
+    values: np.ndarray  # (N, d) float32
+    model: str
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def content_hash(model: str, text: str) -> str:
+    """What a vector was made from: the model and the exact text embedded."""
+    return hashlib.sha256(f"{model}\x00{text}".encode()).hexdigest()
+
+
+def to_bytes(vector: np.ndarray) -> bytes:
+    return np.ascontiguousarray(vector, dtype=_NP_DTYPE).tobytes()
+
+
+def from_bytes(data: bytes, dim: int) -> np.ndarray:
+    vector = np.frombuffer(data, dtype=_NP_DTYPE)
+    if vector.shape != (dim,):
+        raise ValueError(f"stored vector has {vector.size} floats, its row says dim={dim}")
+    return vector
+
+
+def upsert_books(*, session: Session, records: Sequence[CatalogRecord]) -> None:
+    now = datetime.now(UTC)
+    rows = [
+        {
+            "id": r.id,
+            "title": r.title,
+            "description": r.description,
+            "authors": r.authors,
+            "year": r.year,
+            "language": r.language,
+            "extra": r.extra,
+            "updated_at": now,
+        }
+        for r in records
+    ]
+    _upsert(session, Book.__table__, rows, ["id"])  # type: ignore[arg-type]
+
+
+def write_vectors(*, session: Session, rows: Sequence[VectorRow], model: str) -> None:
+    now = datetime.now(UTC)
+    values = [
+        {
+            "book_id": r.book_id,
+            "role": r.role,
+            "field": r.field,
+            "model": model,
+            "dim": int(r.vector.shape[0]),
+            "dtype": DTYPE,
+            "content_hash": r.content_hash,
+            "data": to_bytes(r.vector),
+            "created_at": now,
+        }
+        for r in rows
+    ]
+    _upsert(session, BookVector.__table__, values, ["book_id", "role", "field"])  # type: ignore[arg-type]
+
+
+def vector_hashes(
+    *, session: Session, book_ids: Iterable[str], role: str, field: str
+) -> dict[str, str]:
+    """book id → content hash of its stored vector, for the ids that have one."""
+    stmt = select(BookVector.book_id, BookVector.content_hash).where(
+        BookVector.book_id.in_(list(book_ids)), BookVector.role == role, BookVector.field == field
+    )
+    return {book_id: h for book_id, h in session.execute(stmt)}
+
+
+def load_index(*, session: Session, model: str, field: str = TEXT_FIELD) -> LoadedIndex:
+    """Every book with a key and a value made by `model`, in id order."""
+    key, value = aliased(BookVector), aliased(BookVector)
+    stmt = (
+        select(
+            Book.id,
+            Book.title,
+            Book.authors,
+            Book.year,
+            Book.language,
+            key.dim,
+            key.data,
+            value.dim,
+            value.data,
+        )
+        .join(
+            key,
+            (key.book_id == Book.id)
+            & (key.role == "key")
+            & (key.field == field)
+            & (key.model == model),
+        )
+        .join(
+            value,
+            (value.book_id == Book.id)
+            & (value.role == "value")
+            & (value.field == field)
+            & (value.model == model),
+        )
+        .order_by(Book.id)
+    )
+    ids: list[str] = []
+    titles: list[str] = []
+    authors: list[list[str]] = []
+    years: list[int | None] = []
+    languages: list[str | None] = []
+    key_rows: list[np.ndarray] = []
+    value_rows: list[np.ndarray] = []
+    for row in session.execute(stmt.execution_options(yield_per=10_000)):
+        ids.append(row[0])
+        titles.append(row[1])
+        authors.append(list(row[2] or []))
+        years.append(row[3])
+        languages.append(row[4])
+        key_rows.append(from_bytes(row[6], row[5]))
+        value_rows.append(from_bytes(row[8], row[7]))
+    dims = {v.shape[0] for v in key_rows} | {v.shape[0] for v in value_rows}
+    if len(dims) > 1:
+        raise ValueError(f"vectors of model {model!r} have mixed dimensions {sorted(dims)}")
+    d = dims.pop() if dims else 0
+    return LoadedIndex(
+        ids=ids,
+        titles=titles,
+        authors=authors,
+        years=years,
+        languages=languages,
+        keys=np.stack(key_rows) if key_rows else np.empty((0, d), _NP_DTYPE),
+        values=np.stack(value_rows) if value_rows else np.empty((0, d), _NP_DTYPE),
+        model=model,
+    )
+
+
+def get_book(*, session: Session, book_id: str) -> Book | None:
+    return session.get(Book, book_id)
+
+
+def count_books(*, session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(Book)) or 0
+
+
+def delete_books(*, session: Session, book_ids: Sequence[str]) -> int:
+    result = session.execute(delete(Book).where(Book.id.in_(book_ids)))
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def get_metadata(*, session: Session) -> dict[str, Any]:
+    return {m.key: m.value for m in session.scalars(select(IndexMetadata))}
+
+
+def set_metadata(*, session: Session, values: dict[str, Any]) -> None:
+    _upsert(
+        session,
+        IndexMetadata.__table__,  # type: ignore[arg-type]
+        [{"key": k, "value": v} for k, v in values.items()],
+        ["key"],
+    )
+
+
+def _upsert(session: Session, table: Table, rows: list[dict[str, Any]], keys: list[str]) -> None:
+    """INSERT … ON CONFLICT (keys) DO UPDATE, on PostgreSQL and SQLite alike."""
+    if not rows:
+        return
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        stmt: Any = postgresql.insert(table)
+    elif dialect == "sqlite":
+        stmt = sqlite.insert(table)
+    else:
+        raise NotImplementedError(f"Attend supports PostgreSQL and SQLite, not {dialect}")
+    updates = {c: stmt.excluded[c] for c in rows[0] if c not in keys}
+    session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=updates), rows)

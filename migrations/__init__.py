@@ -1,0 +1,1 @@
+"""Alembic migration history of Attend's tables (indexer/schema.py)."""

@@ -1,0 +1,143 @@
+"""Exact scaled dot-product attention over a whole catalog, streamed in chunks.
+
+For queries q (B, d), keys K (N, d) and values V (N, d_v):
+
+    logits  = scale · q Kᵀ                      (B, N), masked entries −inf
+    weights = softmax(logits)                    over every unmasked key
+    output  = weights @ V                        (B, d_v)
+
+plus the top-k keys by weight. Nothing of size (B, N) is ever held: the keys are
+visited in chunks of C, and per chunk we keep a running top-k, a running
+log-sum-exp and (with values) a running, max-rescaled output, exactly as
+flash-attention merges blocks. Memory is O(B·C + B·k + B·d_v) for any N.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+DEFAULT_CHUNK_SIZE = 65_536
+
+
+@dataclass(frozen=True)
+class Attention:
+    """The result of `attend` for a batch of B queries.
+
+    Rows with fewer than k unmasked keys are padded: index −1, score −inf, weight 0.
+    """
+
+    indices: Tensor  # (B, k') int64 row numbers into keys, best first; k' = min(k, N)
+    scores: Tensor  # (B, k') raw q·k
+    weights: Tensor  # (B, k') softmax weight over all unmasked keys
+    logsumexp: Tensor  # (B,) log Σ exp(logits); −inf for a fully masked row
+    matched: Tensor  # (B,) int64 number of unmasked keys
+    output: Tensor | None  # (B, d_v) weights_all @ values, or None without values
+
+
+def attend(
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor | None = None,
+    *,
+    k: int,
+    scale: float | None = None,
+    mask: Tensor | None = None,
+    chunk_size: int | None = None,
+) -> Attention:
+    """Top-k keys of softmax(scale · q Kᵀ) with their exact weights; `output` if values given.
+
+    `scale` defaults to 1/√d as in `torch.nn.functional.scaled_dot_product_attention`.
+    `mask` is bool, (B, N) or (N,), True where a key may be attended to.
+    """
+    scale, mask = _check(q, keys, values, k=k, scale=scale, mask=mask)
+    B, N = q.shape[0], keys.shape[0]
+    C = chunk_size or DEFAULT_CHUNK_SIZE
+    device = keys.device
+    q = q.to(device=device, dtype=keys.dtype)
+    kk = min(k, N)
+    top_logits = torch.full((B, kk), -math.inf, device=device)  # (B, k) running best
+    top_idx = torch.full((B, kk), -1, dtype=torch.long, device=device)
+    m = torch.full((B,), -math.inf, device=device)  # (B,) running max logit
+    # Σ exp(logit − m) across chunks in float64: (B,) only, and the sum stays exact to ~1e-7
+    # however many chunks it crosses.
+    l = torch.zeros(B, device=device, dtype=torch.float64)  # (B,)
+    acc = None if values is None else torch.zeros(B, values.shape[1], device=device)  # (B, d_v)
+    matched = torch.zeros(B, dtype=torch.long, device=device)
+
+    for start in range(0, N, C):
+        kc = keys[start : start + C]  # (C, d)
+        logits = (q @ kc.T).float() * scale  # (B, C), fp32 accumulate
+        if mask is not None:
+            mc = mask[..., start : start + C]  # (C,) or (B, C)
+            logits = logits.masked_fill(~mc, -math.inf)
+            matched += mc.sum(-1) if mc.dim() == 2 else mc.sum()
+        else:
+            matched += kc.shape[0]
+
+        # running log-sum-exp (and output), rescaled to the new max like flash-attention
+        m_new = torch.maximum(m, logits.amax(dim=-1))  # (B,)
+        m_safe = torch.where(torch.isinf(m_new), 0.0, m_new)
+        alpha = torch.exp(m - m_safe)  # (B,) 0 where m was −inf
+        p = torch.exp(logits - m_safe[:, None])  # (B, C)
+        l = l * alpha.double() + p.sum(dim=-1).double()
+        if acc is not None and values is not None:
+            acc = acc * alpha[:, None] + p @ values[start : start + C].to(p.dtype)  # (B, d_v)
+        m = m_new
+
+        # running top-k: the chunk's best merged with the best so far
+        c_logits, c_pos = logits.topk(min(kk, logits.shape[1]), dim=-1)  # (B, ck)
+        top_logits, best = torch.cat([top_logits, c_logits], dim=-1).topk(kk, dim=-1)  # (B, k)
+        top_idx = torch.cat([top_idx, c_pos + start], dim=-1).gather(1, best)
+
+    lse = torch.where(l > 0, m.double() + torch.log(l), -math.inf)  # (B,) float64
+    found = torch.isfinite(top_logits)  # (B, k) False for masked keys and padding
+    weights = torch.exp(top_logits.double() - torch.where(found, lse[:, None], 0.0))
+    top_idx = torch.where(found, top_idx, -1)
+    # raw scores of the k winners only: (B, k, d) gathered, one dot product each
+    scores = torch.einsum("bd,bkd->bk", q.float(), keys[top_idx.clamp_min(0)].float())
+    output = None
+    if acc is not None:
+        output = torch.where(l[:, None] > 0, acc / l.clamp_min(1e-300).float()[:, None], 0.0)
+    return Attention(
+        indices=top_idx,
+        scores=torch.where(found, scores, -math.inf),
+        weights=torch.where(found, weights, 0.0).float(),
+        logsumexp=lse.float(),
+        matched=matched,
+        output=output,
+    )
+
+
+def _check(
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor | None,
+    *,
+    k: int,
+    scale: float | None,
+    mask: Tensor | None,
+) -> tuple[float, Tensor | None]:
+    """Validated arguments: the scale to use and the mask as bool on the keys' device."""
+    if q.dim() != 2 or keys.dim() != 2 or q.shape[1] != keys.shape[1]:
+        raise ValueError(
+            f"need q (B, d) and keys (N, d), got {tuple(q.shape)}, {tuple(keys.shape)}"
+        )
+    if values is not None and values.shape[0] != keys.shape[0]:
+        raise ValueError(f"values have {values.shape[0]} rows, keys {keys.shape[0]}")
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    scale = 1.0 / math.sqrt(q.shape[1]) if scale is None else scale
+    if not scale > 0:
+        raise ValueError(f"scale must be positive, got {scale}")
+    if mask is not None:
+        B, N = q.shape[0], keys.shape[0]
+        mask = mask.to(device=keys.device, dtype=torch.bool)
+        if mask.shape not in ((N,), (B, N)):
+            raise ValueError(
+                f"mask must be (N,) or (B, N), got {tuple(mask.shape)} for N={N}, B={B}"
+            )
+    return scale, mask

@@ -1,0 +1,1 @@
+"""Attend's REST API: search, books and health over the attention core."""

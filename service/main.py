@@ -1,0 +1,84 @@
+"""The FastAPI app.
+
+catalog.jsonl → indexer.catalog.scan_catalog() → indexer.pipeline.run() → models.encoder (B, d)
+→ indexer.store.write_vectors() → tables → [start-up] indexer.store.load_index() → Ranker
+→ GET /search: encode(query) (1, d) → models.attention.attend → weights (1, k) → SearchResponse
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from sqlalchemy.orm import Session
+
+from indexer import store
+from indexer.db import SchemaError, create_db_engine, ensure_schema
+from models.device import pick_device
+from models.encoder import Encoder, SentenceTransformerEncoder
+from service.errors import install_error_handlers
+from service.ranker import Ranker
+from service.routes import books, health, search
+from service.settings import ServiceSettings
+
+logger = logging.getLogger(__name__)
+
+
+def load_ranker(settings: ServiceSettings, *, session: Session, model: str) -> Ranker:
+    """The index's keys and values for `model`, on the device. Refuses an index of another model."""
+    index = store.load_index(session=session, model=model)
+    total = store.count_books(session=session)
+    if total and not len(index):
+        built_with = store.get_metadata(session=session).get("model")
+        raise SchemaError(
+            f"the index holds {total} books but none embedded with model {model!r} (it was built "
+            f"with {built_with!r}): set ATTEND_MODEL to that model, or re-run `attend index`"
+        )
+    if total > len(index):
+        logger.warning(
+            "%d of %d books have no vectors for model %s and cannot be found; "
+            "re-run `attend index`",
+            total - len(index),
+            total,
+            model,
+        )
+    return Ranker(index, device=settings.device, chunk_size=settings.chunk_size)
+
+
+def create_app(
+    settings: ServiceSettings | None = None, *, encoder: Encoder | None = None
+) -> FastAPI:
+    """The app for `settings` (read from the environment when None). `encoder` replaces the
+    configured model, for tests."""
+    settings = settings or ServiceSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_db_engine(settings.database_url)
+        try:
+            ensure_schema(engine, create_if_new=False)
+            enc = encoder or SentenceTransformerEncoder(
+                settings.model,
+                device=pick_device(settings.device).type,
+                batch_size=settings.encode_batch_size,
+            )
+            with Session(engine) as session:
+                app.state.ranker = load_ranker(settings, session=session, model=enc.name)
+            app.state.settings, app.state.engine, app.state.encoder = settings, engine, enc
+            yield
+        finally:
+            engine.dispose()
+
+    app = FastAPI(
+        title="Attend",
+        summary="Semantic book search ranked by attention, with the weights in every answer.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.include_router(search.router)
+    app.include_router(books.router)
+    app.include_router(health.router)
+    return app

@@ -1,0 +1,132 @@
+"""The catalog held in memory for the attention core: keys and values on the device, the few
+book fields the filters need, and filters turned into attention masks."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from indexer.store import LoadedIndex
+from models.attention import attend
+from models.device import pick_device
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which books a query may attend to. Text matches are case-insensitive."""
+
+    author: str | None = None  # substring of any author's name
+    year_min: int | None = None  # inclusive; books without a year are left out
+    year_max: int | None = None
+    language: str | None = None  # the catalog's language code, exactly
+
+    @property
+    def active(self) -> bool:
+        return any(
+            v is not None for v in (self.author, self.year_min, self.year_max, self.language)
+        )
+
+
+@dataclass(frozen=True)
+class Hit:
+    row: int
+    score: float  # raw q·k
+    weight: float  # softmax weight among the matched books
+
+
+@dataclass(frozen=True)
+class Ranking:
+    hits: list[Hit]  # the requested page, best first
+    matched: int  # books the filters left in the softmax
+
+
+class Ranker:
+    """Exact attention over the whole catalog, loaded once at start-up."""
+
+    def __init__(self, index: LoadedIndex, *, device: str = "auto", chunk_size: int | None = None):
+        t0 = time.perf_counter()
+        self.device = pick_device(device)
+        self.model = index.model
+        self.ids = index.ids
+        self.titles = index.titles
+        self.authors = index.authors
+        self.years = index.years
+        self.languages = index.languages
+        self.row_of = {book_id: i for i, book_id in enumerate(index.ids)}
+        self.keys = torch.from_numpy(index.keys).to(self.device)  # (N, d)
+        self.values = torch.from_numpy(index.values).to(self.device)  # (N, d)
+        self.chunk_size = chunk_size
+        # Filter columns, prepared once: a year of NaN never satisfies a bound.
+        self._year = torch.tensor(
+            [math.nan if y is None else y for y in index.years], dtype=torch.float64
+        )  # (N,)
+        self._language = [(lang or "").casefold() for lang in index.languages]
+        self._author = ["\n".join(a).casefold() for a in index.authors]
+        self._mask = lru_cache(maxsize=64)(self._build_mask)
+        logger.info(
+            "loaded %d keys d=%d on %s in %.2f s",
+            len(self),
+            self.dim,
+            self.device,
+            time.perf_counter() - t0,
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def dim(self) -> int:
+        return int(self.keys.shape[1])
+
+    def mask(self, filters: Filters) -> Tensor | None:
+        """(N,) bool, True for the books the filters keep; None when there are no filters."""
+        return self._mask(filters) if filters.active else None
+
+    def _build_mask(self, filters: Filters) -> Tensor:
+        keep = torch.ones(len(self), dtype=torch.bool)  # (N,)
+        if filters.year_min is not None:
+            keep &= self._year >= filters.year_min
+        if filters.year_max is not None:
+            keep &= self._year <= filters.year_max
+        if filters.language is not None:
+            lang = filters.language.casefold()
+            keep &= torch.tensor([x == lang for x in self._language], dtype=torch.bool)
+        if filters.author is not None:
+            name = filters.author.casefold()
+            keep &= torch.tensor([name in a for a in self._author], dtype=torch.bool)
+        return keep.to(self.device)
+
+    def rank(
+        self, q: Tensor, *, k: int, offset: int = 0, scale: float, filters: Filters | None = None
+    ) -> list[Ranking]:
+        """For each query row of q (B, d): hits offset … offset+k−1 of softmax(scale · q Kᵀ)."""
+        mask = self.mask(filters or Filters())
+        if len(self) == 0:
+            return [Ranking([], 0) for _ in range(q.shape[0])]
+        att = attend(
+            q.to(self.device),
+            self.keys,
+            k=offset + k,
+            scale=scale,
+            mask=mask,
+            chunk_size=self.chunk_size,
+        )
+        rankings = []
+        for idx, scores, weights, matched in zip(
+            att.indices.tolist(),
+            att.scores.tolist(),
+            att.weights.tolist(),
+            att.matched.tolist(),
+            strict=True,
+        ):
+            hits = [Hit(i, s, w) for i, s, w in zip(idx, scores, weights, strict=True) if i >= 0]
+            rankings.append(Ranking(hits[offset : offset + k], int(matched)))
+        return rankings

@@ -1,0 +1,23 @@
+"""Settings of the service (`attend serve`, `attend search`), from ATTEND_* variables and .env."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from indexer.settings import CommonSettings
+
+
+class ServiceSettings(CommonSettings):
+    host: str = Field("127.0.0.1", description="Interface `attend serve` binds.")
+    port: int = Field(8000, ge=1, le=65535, description="Port `attend serve` listens on.")
+    scale: float = Field(
+        20.0,
+        gt=0,
+        le=1000,
+        description="Softmax scale (inverse temperature) for unit-length embeddings. 1/√d = 0.051 "
+        "makes every weight ≈ 1/N; 20 is the temperature 0.05 the model was trained with.",
+    )
+    chunk_size: int = Field(
+        65_536, ge=1, description="Keys per chunk of the attention core: bounds memory to B·chunk."
+    )
+    log_level: str = Field("INFO", description="Python logging level.")

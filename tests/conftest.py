@@ -1,0 +1,100 @@
+"""Shared fixtures: real databases (SQLite in tmp_path, and the PostgreSQL server named by
+ATTEND_TEST_POSTGRES_URL), migrated with Alembic, and a deterministic fake encoder."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+from indexer import db
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+PG_URL = os.environ.get("ATTEND_TEST_POSTGRES_URL")
+SHARED_CATALOG = Path(__file__).resolve().parents[2] / "shared" / "data" / "books.jsonl"
+
+BACKENDS = [
+    "sqlite",
+    pytest.param(
+        "postgresql",
+        marks=[
+            pytest.mark.postgres,
+            pytest.mark.skipif(
+                not PG_URL,
+                reason="ATTEND_TEST_POSTGRES_URL is not set "
+                "(.ci/run sets it; PostgreSQL tests run there)",
+            ),
+        ],
+    ),
+]
+
+
+class FakeEncoder:
+    """Bag of hashed words → unit vector: texts sharing words are close. For tests that are
+    about something other than the model."""
+
+    name = "fake-hashing-64"
+    dim = 64
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.texts_encoded = 0
+
+    def encode(self, texts: list[str]) -> torch.Tensor:
+        self.calls += 1
+        self.texts_encoded += len(texts)
+        out = torch.zeros(len(texts), self.dim)
+        for i, t in enumerate(texts):
+            for word in re.findall(r"\w+", t.lower()):
+                h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+                out[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
+        out[:, 0] += 1e-3  # no zero vector for an empty text
+        return torch.nn.functional.normalize(out, dim=-1)
+
+
+@pytest.fixture
+def fake_encoder() -> FakeEncoder:
+    return FakeEncoder()
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database: a SQLite file, or a fresh PostgreSQL database dropped afterwards."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'attend.db'}"
+        return
+    assert PG_URL
+    name = f"attend_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    """A database migrated to head by Alembic (which also exercises the migrations)."""
+    eng = db.create_db_engine(database_url)
+    db.upgrade(eng)
+    yield eng
+    eng.dispose()
+
+
+def write_jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path

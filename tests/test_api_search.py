@@ -1,0 +1,266 @@
+"""The REST API over a real database (SQLite and PostgreSQL), with the fake encoder."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine
+
+from conftest import FakeEncoder, write_jsonl
+from indexer import db, pipeline
+from indexer.settings import IndexSettings
+from service.main import create_app
+from service.settings import ServiceSettings
+
+BOOKS = [
+    {
+        "id": "dl",
+        "title": "Deep Learning",
+        "description": "neural networks generative models",
+        "authors": ["Ian Goodfellow", "Yoshua Bengio"],
+        "year": 2016,
+        "language": "eng",
+    },
+    {
+        "id": "gdl",
+        "title": "Generative Deep Learning",
+        "description": "generative models diffusion",
+        "authors": ["David Foster"],
+        "year": 2019,
+        "language": "eng",
+    },
+    {
+        "id": "dbi",
+        "title": "Database Internals",
+        "description": "storage engines btrees",
+        "authors": ["Alex Petrov"],
+        "year": 2019,
+        "language": "eng",
+    },
+    {
+        "id": "hp",
+        "title": "Harry Potter",
+        "description": "wizard school magic",
+        "authors": ["J.K. Rowling"],
+        "year": 1997,
+        "language": "en-GB",
+    },
+    {
+        "id": "dune",
+        "title": "Dune",
+        "description": "desert planet spice",
+        "year": 1965,
+        "language": "eng",
+        "authors": ["Frank Herbert"],
+    },
+    {
+        "id": "quijote",
+        "title": "Don Quijote",
+        "description": "caballero molinos",
+        "authors": ["Miguel de Cervantes"],
+        "language": "spa",
+    },
+    {"id": "isbn10:0/1", "title": "A book with a slash in its id", "authors": []},
+]
+
+
+@pytest.fixture
+def settings(engine: Engine, tmp_path: Path) -> ServiceSettings:
+    url = engine.url.render_as_string(hide_password=False)
+    pipeline.run(
+        IndexSettings(database_url=url),
+        engine=engine,
+        encoder=FakeEncoder(),
+        path=write_jsonl(tmp_path / "books.jsonl", BOOKS),
+    )
+    return ServiceSettings(database_url=url, device="cpu", chunk_size=3)
+
+
+@pytest.fixture
+def client(settings: ServiceSettings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, encoder=FakeEncoder())) as c:
+        yield c
+
+
+def test_search_ranks_with_weights(client: TestClient) -> None:
+    r = client.get("/search", params={"q": "generative models", "k": 7})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["query"] == "generative models" and body["scale"] == 20.0
+    assert body["catalog_size"] == 7 and body["matched"] == 7 and body["model"] == FakeEncoder.name
+    hits = body["results"]
+    assert [h["rank"] for h in hits] == list(range(1, 8))
+    assert {hits[0]["id"], hits[1]["id"]} == {"dl", "gdl"}
+    weights = [h["weight"] for h in hits]
+    assert weights == sorted(weights, reverse=True)
+    assert math.isclose(sum(weights), 1.0, rel_tol=1e-5)  # k = N: the whole distribution
+    for a, b in itertools.pairwise(hits):
+        assert math.isclose(
+            b["weight"] / a["weight"],
+            math.exp(body["scale"] * (b["score"] - a["score"])),
+            rel_tol=1e-4,
+        )
+    assert hits[0]["authors"] and "year" in hits[0]
+
+
+def test_paging_continues_the_ranking(client: TestClient) -> None:
+    full = client.get("/search", params={"q": "deep learning", "k": 6}).json()["results"]
+    page2 = client.get("/search", params={"q": "deep learning", "k": 3, "offset": 3}).json()
+    assert [h["id"] for h in page2["results"]] == [h["id"] for h in full[3:6]]
+    assert [h["rank"] for h in page2["results"]] == [4, 5, 6]
+    assert page2["offset"] == 3 and page2["k"] == 3
+
+
+@pytest.mark.parametrize(
+    ("params", "ids"),
+    [
+        ({"author": "goodfellow"}, {"dl"}),
+        ({"author": "ROWLING"}, {"hp"}),
+        ({"year_min": 2019}, {"gdl", "dbi"}),
+        ({"year_max": 1997}, {"hp", "dune"}),
+        ({"year_min": 1990, "year_max": 2016}, {"hp", "dl"}),
+        ({"language": "SPA"}, {"quijote"}),
+        ({"language": "eng", "year_min": 2017}, {"gdl", "dbi"}),
+    ],
+)
+def test_filters_are_the_attention_mask(
+    client: TestClient, params: dict[str, object], ids: set[str]
+) -> None:
+    body = client.get("/search", params={"q": "books", "k": 10, **params}).json()
+    assert {h["id"] for h in body["results"]} == ids
+    assert body["matched"] == len(ids) and body["catalog_size"] == 7
+    # the softmax ran over the matched books only: their weights sum to 1
+    assert math.isclose(sum(h["weight"] for h in body["results"]), 1.0, rel_tol=1e-5)
+
+
+def test_a_filter_matching_nothing_is_an_empty_answer(client: TestClient) -> None:
+    r = client.get("/search", params={"q": "books", "author": "nobody at all"})
+    assert r.status_code == 200
+    assert r.json()["matched"] == 0 and r.json()["results"] == []
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({}, "q: Field required"),
+        ({"q": ""}, "q: the query is empty"),
+        ({"q": "   "}, "q: the query is empty"),
+        ({"q": "a\x00b"}, "control characters"),
+        ({"q": "x" * 513}, "at most 512 characters"),
+        ({"q": "x", "k": 0}, "k: Input should be greater than or equal to 1"),
+        ({"q": "x", "k": 101}, "k: Input should be less than or equal to 100"),
+        ({"q": "x", "k": "ten"}, "k: Input should be a valid integer"),
+        ({"q": "x", "offset": -1}, "offset"),
+        (
+            {"q": "x", "year_min": 2000, "year_max": 1990},
+            "year_min (2000) is after year_max (1990)",
+        ),
+        ({"q": "x", "colour": "red"}, "colour: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_search_input_is_a_422_with_a_message(
+    client: TestClient, params: dict[str, object], message: str
+) -> None:
+    r = client.get("/search", params=params)
+    assert r.status_code == 422
+    assert message in r.json()["detail"]
+
+
+def test_post_search_batches_queries(client: TestClient) -> None:
+    queries = ["generative models", "wizard school", "desert planet"]
+    r = client.post("/search", json={"queries": queries, "k": 3, "year_max": 2100})
+    assert r.status_code == 200
+    responses = r.json()["responses"]
+    assert [x["query"] for x in responses] == queries
+    for q, batched in zip(queries, responses, strict=True):
+        single = client.get("/search", params={"q": q, "k": 3, "year_max": 2100}).json()
+        assert [h["id"] for h in batched["results"]] == [h["id"] for h in single["results"]]
+        for a, b in zip(batched["results"], single["results"], strict=True):
+            assert math.isclose(a["weight"], b["weight"], rel_tol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"queries": []}, 422, "queries: List should have at least 1 item"),
+        ({"queries": ["ok", " "]}, 422, "the query is empty"),
+        ({"queries": ["x"] * 65}, 422, "at most 64 items"),
+        ({"q": "x"}, 422, "queries: Field required"),
+    ],
+)
+def test_bad_post_search_is_a_422(
+    client: TestClient, body: dict[str, object], status: int, message: str
+) -> None:
+    r = client.post("/search", json=body)
+    assert r.status_code == status and message in r.json()["detail"]
+
+
+def test_malformed_json_body_is_a_422(client: TestClient) -> None:
+    r = client.post("/search", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and isinstance(r.json()["detail"], str)
+
+
+def test_get_book(client: TestClient) -> None:
+    r = client.get("/books/dl")
+    assert r.status_code == 200
+    assert r.json() == {
+        "id": "dl",
+        "title": "Deep Learning",
+        "description": "neural networks generative models",
+        "authors": ["Ian Goodfellow", "Yoshua Bengio"],
+        "year": 2016,
+        "language": "eng",
+        "metadata": {},
+    }
+    assert client.get("/books/isbn10:0/1").json()["title"] == "A book with a slash in its id"
+
+
+def test_unknown_book_is_a_404_naming_the_id(client: TestClient) -> None:
+    r = client.get("/books/no-such-book")
+    assert r.status_code == 404
+    assert r.json() == {"detail": "no book with id 'no-such-book'"}
+
+
+def test_healthz_and_docs(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {
+        "status": "ok",
+        "catalog_size": 7,
+        "model": FakeEncoder.name,
+        "device": "cpu",
+    }
+    assert client.get("/docs").status_code == 200
+    schema = client.get("/openapi.json").json()
+    weight = schema["components"]["schemas"]["SearchHit"]["properties"]["weight"]
+    assert "softmax" in weight["description"]
+
+
+def test_an_empty_index_answers_503(database_url: str) -> None:
+    engine = db.create_db_engine(database_url)
+    db.upgrade(engine)
+    engine.dispose()
+    settings = ServiceSettings(database_url=database_url, device="cpu")
+    with TestClient(create_app(settings, encoder=FakeEncoder())) as client:
+        r = client.get("/search", params={"q": "anything"})
+        assert r.status_code == 503 and "attend index" in r.json()["detail"]
+
+
+def test_the_service_refuses_an_unmigrated_database(database_url: str) -> None:
+    app = create_app(ServiceSettings(database_url=database_url), encoder=FakeEncoder())
+    with pytest.raises(db.SchemaError, match="attend db upgrade"), TestClient(app):
+        pass
+
+
+def test_the_service_refuses_an_index_built_with_another_model(settings: ServiceSettings) -> None:
+    class OtherModel(FakeEncoder):
+        name = "other-model"
+
+    with (
+        pytest.raises(db.SchemaError, match="built with 'fake-hashing-64'"),
+        TestClient(create_app(settings, encoder=OtherModel())),
+    ):
+        pass

@@ -1,0 +1,209 @@
+"""The attention core against float64 and PyTorch's own scaled_dot_product_attention."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from models.attention import attend
+from models.device import pick_device
+
+
+def unit(*shape: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return F.normalize(torch.randn(*shape, generator=g), dim=-1)
+
+
+def reference(
+    q: torch.Tensor, keys: torch.Tensor, scale: float, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Full softmax in float64: weights (B, N) and log-sum-exp (B,)."""
+    logits = (q.double() @ keys.double().T) * scale
+    if mask is not None:
+        logits = logits.masked_fill(~mask, -math.inf)
+    return torch.softmax(logits, dim=-1), torch.logsumexp(logits, dim=-1)
+
+
+@pytest.mark.parametrize(
+    ("B", "N", "d", "k", "chunk"),
+    [
+        (1, 1, 8, 1, None),
+        (1, 1000, 384, 10, 97),  # N not a multiple of the chunk
+        (5, 777, 32, 20, 64),
+        (3, 50, 16, 80, 7),  # k > N: every key comes back
+        (16, 4099, 64, 5, 1024),
+    ],
+)
+def test_weights_and_topk_match_float64(B: int, N: int, d: int, k: int, chunk: int | None) -> None:
+    q, keys = unit(B, d, seed=1), unit(N, d, seed=2)
+    att = attend(q, keys, k=k, scale=20.0, chunk_size=chunk)
+    ref_w, ref_lse = reference(q, keys, 20.0)
+    kk = min(k, N)
+    assert att.indices.shape == att.weights.shape == att.scores.shape == (B, kk)
+    ref_top, ref_idx = ref_w.topk(kk, dim=-1)
+    torch.testing.assert_close(att.weights.double(), ref_top, rtol=2e-5, atol=1e-9)
+    # indices agree except where two weights tie to within float32 noise
+    same = att.indices == ref_idx
+    assert torch.all(same | torch.isclose(ref_w.gather(1, att.indices), ref_top, rtol=1e-5))
+    torch.testing.assert_close(att.logsumexp.double(), ref_lse, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(att.scores, (q @ keys.T).gather(1, att.indices))
+    assert torch.all(att.matched == N)
+    assert torch.all(att.weights[:, :-1] >= att.weights[:, 1:])
+
+
+@pytest.mark.parametrize("chunk", [1, 13, 256, 10_000])
+def test_output_matches_scaled_dot_product_attention(chunk: int) -> None:
+    B, N, d, dv = 4, 1000, 48, 24
+    q, keys, values = unit(B, d, seed=3), unit(N, d, seed=4), torch.randn(N, dv)
+    att = attend(q, keys, values, k=5, scale=20.0, chunk_size=chunk)
+    expected = F.scaled_dot_product_attention(q[None], keys[None], values[None], scale=20.0)[0]
+    assert att.output is not None
+    torch.testing.assert_close(att.output, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_default_scale_is_one_over_sqrt_d_like_pytorch() -> None:
+    q, keys, values = unit(2, 64, seed=5), unit(300, 64, seed=6), torch.randn(300, 8)
+    att = attend(q, keys, values, k=3)
+    expected = F.scaled_dot_product_attention(q[None], keys[None], values[None])[0]
+    assert att.output is not None
+    torch.testing.assert_close(att.output, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_mask_matches_sdpa_and_renormalises_over_matched_keys() -> None:
+    B, N, d = 3, 500, 32
+    q, keys, values = unit(B, d, seed=7), unit(N, d, seed=8), torch.randn(N, 6)
+    g = torch.Generator().manual_seed(9)
+    mask = torch.rand(B, N, generator=g) < 0.3  # (B, N)
+    att = attend(q, keys, values, k=N, scale=20.0, mask=mask, chunk_size=64)
+    expected = F.scaled_dot_product_attention(
+        q[None], keys[None], values[None], attn_mask=mask[None], scale=20.0
+    )[0]
+    assert att.output is not None
+    torch.testing.assert_close(att.output, expected, rtol=1e-5, atol=1e-5)
+    assert torch.equal(att.matched, mask.sum(-1))
+    for b in range(B):
+        found = att.indices[b][att.indices[b] >= 0]
+        assert len(found) == int(mask[b].sum())
+        assert bool(mask[b, found].all())
+        assert math.isclose(float(att.weights[b].sum()), 1.0, rel_tol=1e-5)
+    ref_w, _ = reference(q, keys, 20.0, mask)
+    torch.testing.assert_close(
+        att.weights.double(), ref_w.topk(N, dim=-1).values, rtol=2e-5, atol=1e-9
+    )
+
+
+def test_shared_mask_equals_per_row_mask() -> None:
+    q, keys = unit(4, 16, seed=10), unit(200, 16, seed=11)
+    mask = torch.arange(200) % 3 == 0  # (N,)
+    a = attend(q, keys, k=7, scale=20.0, mask=mask, chunk_size=33)
+    b = attend(q, keys, k=7, scale=20.0, mask=mask.expand(4, 200), chunk_size=33)
+    assert torch.equal(a.indices, b.indices)
+    torch.testing.assert_close(a.weights, b.weights)
+
+
+def test_mask_removing_everything_returns_no_results_not_nan() -> None:
+    q, keys, values = unit(2, 16, seed=12), unit(100, 16, seed=13), torch.randn(100, 4)
+    att = attend(
+        q, keys, values, k=5, scale=20.0, mask=torch.zeros(100, dtype=torch.bool), chunk_size=30
+    )
+    assert torch.all(att.indices == -1)
+    assert torch.all(att.weights == 0)
+    assert torch.all(torch.isneginf(att.logsumexp))
+    assert torch.all(att.matched == 0)
+    assert att.output is not None and torch.all(att.output == 0)
+
+
+def test_mask_leaving_one_key_gives_it_all_the_weight() -> None:
+    q, keys, values = unit(2, 16, seed=14), unit(100, 16, seed=15), torch.randn(100, 4)
+    mask = torch.zeros(100, dtype=torch.bool)
+    mask[42] = True
+    att = attend(q, keys, values, k=5, scale=20.0, mask=mask, chunk_size=30)
+    assert att.indices[:, 0].tolist() == [42, 42]
+    assert torch.all(att.indices[:, 1:] == -1)
+    torch.testing.assert_close(att.weights[:, 0], torch.ones(2))
+    assert att.output is not None
+    torch.testing.assert_close(att.output, values[42].expand(2, 4))
+
+
+def test_chunked_equals_unchunked() -> None:
+    q, keys, values = unit(8, 64, seed=16), unit(5000, 64, seed=17), torch.randn(5000, 64)
+    whole = attend(q, keys, values, k=10, scale=20.0, chunk_size=5000)
+    for chunk in (1, 99, 1000):
+        part = attend(q, keys, values, k=10, scale=20.0, chunk_size=chunk)
+        assert torch.equal(part.indices, whole.indices)
+        torch.testing.assert_close(part.weights, whole.weights, rtol=1e-5, atol=1e-9)
+        torch.testing.assert_close(part.logsumexp, whole.logsumexp)
+        assert part.output is not None and whole.output is not None
+        torch.testing.assert_close(part.output, whole.output, rtol=1e-5, atol=1e-6)
+
+
+def test_batched_equals_one_query_at_a_time() -> None:
+    q, keys = unit(6, 32, seed=18), unit(999, 32, seed=19)
+    batch = attend(q, keys, k=4, scale=20.0, chunk_size=100)
+    for b in range(6):
+        one = attend(q[b : b + 1], keys, k=4, scale=20.0, chunk_size=100)
+        assert torch.equal(one.indices[0], batch.indices[b])
+        torch.testing.assert_close(one.weights[0], batch.weights[b])
+
+
+def test_planted_match_ranks_first_and_scale_sharpens_it() -> None:
+    N, d, j = 10_000, 384, 1234
+    keys = unit(N, d, seed=20)
+    q = F.normalize(keys[j] + 0.5 * unit(d, seed=21), dim=-1)[None]  # (1, d) near key j
+    sharp = attend(q, keys, k=3, scale=20.0)
+    flat = attend(q, keys, k=3)  # 1/√d
+    assert sharp.indices[0, 0] == j and flat.indices[0, 0] == j
+    assert sharp.weights[0, 0] > 0.5
+    assert flat.weights[0, 0] < 5.0 / N  # near-uniform: the reason the service uses 20
+
+
+def test_weight_ratios_follow_scores_and_scale() -> None:
+    q, keys = unit(1, 32, seed=22), unit(300, 32, seed=23)
+    att = attend(q, keys, k=10, scale=7.5)
+    w, s = att.weights[0].double(), att.scores[0].double()
+    torch.testing.assert_close(w[1:] / w[0], torch.exp(7.5 * (s[1:] - s[0])), rtol=1e-5, atol=0)
+
+
+def test_empty_keys() -> None:
+    att = attend(unit(2, 8, seed=24), torch.empty(0, 8), k=3, scale=20.0)
+    assert att.indices.shape == (2, 0)
+    assert torch.all(att.matched == 0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"k": 0, "scale": 1.0}, "k must be"),
+        ({"k": 1, "scale": 0.0}, "scale must be positive"),
+        ({"k": 1, "scale": 1.0, "mask": torch.ones(3, dtype=torch.bool)}, "mask must be"),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        attend(unit(2, 8, seed=25), unit(10, 8, seed=26), **kwargs)  # type: ignore[arg-type]
+
+
+def test_shape_mismatch() -> None:
+    with pytest.raises(ValueError, match="need q"):
+        attend(unit(2, 8, seed=27), unit(10, 9, seed=28), k=1)
+
+
+def test_pick_device_takes_cuda_only_when_available() -> None:
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert pick_device("auto").type == expected
+    assert pick_device("cpu").type == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA is not available"):
+            pick_device("cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_cuda_matches_cpu() -> None:
+    q, keys, values = unit(4, 64, seed=29), unit(3000, 64, seed=30), torch.randn(3000, 16)
+    cpu = attend(q, keys, values, k=10, scale=20.0, chunk_size=512)
+    gpu = attend(q.cuda(), keys.cuda(), values.cuda(), k=10, scale=20.0, chunk_size=512)
+    assert torch.equal(gpu.indices.cpu(), cpu.indices)
+    torch.testing.assert_close(gpu.weights.cpu(), cpu.weights, rtol=1e-4, atol=1e-7)

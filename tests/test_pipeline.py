@@ -1,0 +1,147 @@
+"""The indexing job on real databases with a fake encoder: what it writes, skips and refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, inspect
+from sqlalchemy.orm import Session
+
+from conftest import FakeEncoder, write_jsonl
+from indexer import db, pipeline, store
+from indexer.catalog import CatalogError, CatalogRecord
+from indexer.settings import IndexSettings
+
+BOOKS = [
+    {
+        "id": "dl",
+        "title": "Deep Learning",
+        "description": "Neural networks and generative models.",
+        "authors": ["Ian Goodfellow"],
+        "year": 2016,
+        "language": "en",
+    },
+    {
+        "id": "db",
+        "title": "Database Internals",
+        "description": "Storage engines and B-trees.",
+        "authors": ["Alex Petrov"],
+        "year": 2019,
+    },
+    {"id": "hp", "title": "Harry Potter", "authors": ["J.K. Rowling"], "year": 1997},
+    {"id": "dune", "title": "Dune", "description": "Desert planet politics.", "year": 1965},
+    {"id": "sicp", "title": "SICP", "description": "Programs as data.", "publisher": "MIT Press"},
+]
+
+
+def _run(
+    engine: Engine, path: Path, encoder: FakeEncoder, **kwargs: object
+) -> pipeline.IndexReport:
+    settings = IndexSettings(
+        database_url=engine.url.render_as_string(hide_password=False), batch_size=2
+    )
+    return pipeline.run(settings, engine=engine, encoder=encoder, path=path, **kwargs)  # type: ignore[arg-type]
+
+
+def test_index_writes_books_vectors_and_metadata(
+    engine: Engine, tmp_path: Path, fake_encoder: FakeEncoder
+) -> None:
+    report = _run(engine, write_jsonl(tmp_path / "c.jsonl", BOOKS), fake_encoder)
+    assert (report.books, report.embedded, report.unchanged, report.rejected) == (5, 5, 0, [])
+    assert fake_encoder.calls == 3  # batches of 2: one encoder call and one transaction each
+
+    with Session(engine) as session:
+        index = store.load_index(session=session, model=fake_encoder.name)
+        assert index.ids == sorted(b["id"] for b in BOOKS)
+        texts = [
+            pipeline.book_text(
+                CatalogRecord(
+                    id=b["id"],
+                    title=b["title"],  # type: ignore[arg-type]
+                    description=b.get("description"),
+                )
+            )  # type: ignore[arg-type]
+            for b in sorted(BOOKS, key=lambda b: str(b["id"]))
+        ]
+        expected = FakeEncoder().encode(texts).numpy()
+        assert np.allclose(index.keys, expected) and np.allclose(index.values, expected)
+        meta = store.get_metadata(session=session)
+        assert meta["model"] == fake_encoder.name and meta["dim"] == 64 and meta["book_count"] == 5
+        sicp = store.get_book(session=session, book_id="sicp")
+        assert sicp is not None and sicp.extra == {"publisher": "MIT Press"}
+
+
+def test_book_text_is_title_then_description() -> None:
+    assert pipeline.book_text(CatalogRecord(id="a", title="T", description="D")) == "T\nD"
+    assert pipeline.book_text(CatalogRecord(id="a", title="T")) == "T"
+
+
+def test_rerun_embeds_only_what_changed(engine: Engine, tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "c.jsonl", BOOKS)
+    _run(engine, path, FakeEncoder())
+    again = FakeEncoder()
+    report = _run(engine, path, again)
+    assert (report.embedded, report.unchanged, again.texts_encoded) == (0, 5, 0)
+
+    changed = [dict(b) for b in BOOKS]
+    changed[3]["description"] = "A desert planet, spice and a messiah."
+    changed[2]["year"] = 1998  # metadata only: updated without embedding
+    edit = FakeEncoder()
+    report = _run(engine, write_jsonl(tmp_path / "c2.jsonl", changed), edit)
+    assert (report.embedded, report.unchanged, edit.texts_encoded) == (1, 4, 1)
+    with Session(engine) as session:
+        hp = store.get_book(session=session, book_id="hp")
+        assert hp is not None and hp.year == 1998
+
+
+def test_a_bad_row_stops_the_run_before_anything_is_written(
+    database_url: str, tmp_path: Path, fake_encoder: FakeEncoder
+) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        write_jsonl(tmp_path / "ok.jsonl", BOOKS).read_text() + '{"id": "x"}\n', encoding="utf-8"
+    )
+    engine = db.create_db_engine(database_url)
+    try:
+        with pytest.raises(CatalogError) as info:
+            _run(engine, path, fake_encoder)
+        assert [(r.line, r.reason) for r in info.value.rows] == [(6, "missing 'title'")]
+        assert fake_encoder.calls == 0
+        assert "books" not in inspect(engine).get_table_names()  # not even migrated
+    finally:
+        engine.dispose()
+
+
+def test_skip_invalid_indexes_the_valid_rows(
+    engine: Engine, tmp_path: Path, fake_encoder: FakeEncoder
+) -> None:
+    path = tmp_path / "bad.jsonl"
+    lines = write_jsonl(tmp_path / "ok.jsonl", BOOKS).read_text().splitlines()
+    lines.insert(1, '{"id": "dl", "title": "Duplicate"}')
+    lines.insert(3, "{broken")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report = _run(engine, path, fake_encoder, skip_invalid=True)
+    assert report.books == 5 and report.embedded == 5
+    assert [r.line for r in report.rejected] == [2, 4]
+    assert "duplicate id 'dl'" in report.rejected[0].reason
+    with Session(engine) as session:
+        assert store.count_books(session=session) == 5
+        dl = store.get_book(session=session, book_id="dl")
+        assert dl is not None and dl.title == "Deep Learning"  # the first occurrence wins
+
+
+def test_a_new_model_re_embeds_everything(engine: Engine, tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "c.jsonl", BOOKS)
+    _run(engine, path, FakeEncoder())
+
+    class OtherModel(FakeEncoder):
+        name = "other-model"
+
+    other = OtherModel()
+    report = _run(engine, path, other)
+    assert report.embedded == 5 and other.texts_encoded == 5
+    with Session(engine) as session:
+        assert len(store.load_index(session=session, model="other-model")) == 5
+        assert len(store.load_index(session=session, model=FakeEncoder.name)) == 0

@@ -1,0 +1,137 @@
+"""The store on real SQLite and PostgreSQL: vectors round-trip bit for bit, upserts replace."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from indexer import store
+from indexer.catalog import CatalogRecord
+from indexer.schema import BookVector
+
+
+def _records(n: int) -> list[CatalogRecord]:
+    return [
+        CatalogRecord(
+            id=f"b{i:03d}",
+            title=f"Book {i}",
+            description=f"About {i}",
+            authors=[f"Author {i}", "Co Author"],
+            year=1990 + i,
+            language="eng",
+            extra={"publisher": "P", "rating": 4.5, "tags": ["x"]},
+        )
+        for i in range(n)
+    ]
+
+
+def _write(
+    engine: Engine,
+    records: list[CatalogRecord],
+    keys: np.ndarray,
+    values: np.ndarray,
+    model: str = "m",
+) -> None:
+    rows = [
+        store.VectorRow(r.id, "key", store.TEXT_FIELD, f"h{r.id}", keys[i])
+        for i, r in enumerate(records)
+    ]
+    rows += [
+        store.VectorRow(r.id, "value", store.TEXT_FIELD, f"h{r.id}", values[i])
+        for i, r in enumerate(records)
+    ]
+    with Session(engine) as session, session.begin():
+        store.upsert_books(session=session, records=records)
+        store.write_vectors(session=session, rows=rows, model=model)
+
+
+def test_vectors_round_trip_exactly(engine: Engine) -> None:
+    rng = np.random.default_rng(0)
+    records = _records(7)
+    keys = rng.standard_normal((7, 384)).astype(np.float32)
+    values = rng.standard_normal((7, 384)).astype(np.float32)
+    keys[0, 0] = np.float32(1e-38)  # subnormal-adjacent and extreme values survive too
+    keys[1, 1] = np.float32(-3.4e38)
+    _write(engine, records[::-1], keys[::-1], values[::-1])
+
+    with Session(engine) as session:
+        index = store.load_index(session=session, model="m")
+        assert index.ids == [r.id for r in records]  # id order, whatever the write order
+        assert np.array_equal(index.keys, keys)
+        assert np.array_equal(index.values, values)
+        assert index.keys.dtype == np.float32 and index.keys.flags.c_contiguous
+        assert index.titles[3] == "Book 3"
+        assert index.authors[3] == ["Author 3", "Co Author"]
+        assert index.years[3] == 1993 and index.languages[3] == "eng"
+        row = session.scalars(select(BookVector).where(BookVector.book_id == "b002")).first()
+        assert row is not None
+        assert (row.model, row.dim, row.dtype) == ("m", 384, "float32")
+        book = store.get_book(session=session, book_id="b002")
+        assert book is not None and book.extra == {"publisher": "P", "rating": 4.5, "tags": ["x"]}
+        assert store.count_books(session=session) == 7
+
+
+def test_upsert_replaces_books_and_vectors(engine: Engine) -> None:
+    records = _records(3)
+    _write(engine, records, np.ones((3, 4), np.float32), np.ones((3, 4), np.float32))
+    changed = [CatalogRecord(id="b001", title="Renamed", authors=[], year=None)]
+    _write(engine, changed, np.full((1, 4), 2, np.float32), np.full((1, 4), 3, np.float32))
+    with Session(engine) as session:
+        index = store.load_index(session=session, model="m")
+        assert len(index) == 3
+        assert index.titles[1] == "Renamed" and index.years[1] is None and index.authors[1] == []
+        assert index.keys[1].tolist() == [2, 2, 2, 2] and index.values[1].tolist() == [3, 3, 3, 3]
+        assert index.keys[0].tolist() == [1, 1, 1, 1]
+
+
+def test_load_index_only_takes_the_asked_model(engine: Engine) -> None:
+    records = _records(4)
+    _write(engine, records, np.ones((4, 4), np.float32), np.ones((4, 4), np.float32), model="a")
+    _write(engine, records[:1], np.ones((1, 8), np.float32), np.ones((1, 8), np.float32), model="b")
+    with Session(engine) as session:
+        assert store.load_index(session=session, model="a").ids == ["b001", "b002", "b003"]
+        b = store.load_index(session=session, model="b")
+        assert b.ids == ["b000"] and b.keys.shape == (1, 8)
+        empty = store.load_index(session=session, model="c")
+        assert len(empty) == 0 and empty.keys.shape == (0, 0)
+
+
+def test_vector_hashes_and_delete_cascades(engine: Engine) -> None:
+    records = _records(3)
+    _write(engine, records, np.ones((3, 4), np.float32), np.ones((3, 4), np.float32))
+    with Session(engine) as session, session.begin():
+        hashes = store.vector_hashes(
+            session=session, book_ids=["b000", "b002", "nope"], role="key", field=store.TEXT_FIELD
+        )
+        assert hashes == {"b000": "hb000", "b002": "hb002"}
+        assert store.delete_books(session=session, book_ids=["b000"]) == 1
+    with Session(engine) as session:
+        left = session.scalars(select(BookVector.book_id).distinct()).all()
+        assert sorted(left) == ["b001", "b002"]
+
+
+def test_metadata_round_trip(engine: Engine) -> None:
+    with Session(engine) as session, session.begin():
+        store.set_metadata(session=session, values={"model": "m", "dim": 384, "book_count": 2})
+    with Session(engine) as session, session.begin():
+        store.set_metadata(session=session, values={"book_count": 3})
+    with Session(engine) as session:
+        assert store.get_metadata(session=session) == {"model": "m", "dim": 384, "book_count": 3}
+
+
+def test_stored_bytes_are_little_endian_float32() -> None:
+    v = np.array([1.0, -2.5, 3.25], dtype=np.float32)
+    data = store.to_bytes(v)
+    assert data == np.array([1.0, -2.5, 3.25], dtype="<f4").tobytes()
+    assert np.array_equal(store.from_bytes(data, 3), v)
+    with pytest.raises(ValueError, match="dim=4"):
+        store.from_bytes(data, 4)
+
+
+def test_content_hash_depends_on_model_and_text() -> None:
+    h = store.content_hash("m", "text")
+    assert h == store.content_hash("m", "text") and len(h) == 64
+    assert h != store.content_hash("m2", "text")
+    assert h != store.content_hash("m", "text ")
