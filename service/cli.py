@@ -16,6 +16,7 @@ from indexer.data import DEMO_CATALOG
 from indexer.settings import CommonSettings, IndexSettings
 from models.device import pick_device
 from models.encoder import SentenceTransformerEncoder
+from service.errors import IndexEmptyError
 from service.main import create_app, load_ranker
 from service.schemas import SearchParams, SearchResponse
 from service.search import search
@@ -69,6 +70,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = ServiceSettings(**overrides)
+    engine = db.create_db_engine(settings.database_url)
+    try:  # a clear message here beats a traceback from inside uvicorn's start-up
+        db.ensure_schema(engine, create_if_new=False)
+    finally:
+        engine.dispose()
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -190,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args))
-    except (db.SchemaError, CatalogError, ValidationError) as e:
+    except (db.SchemaError, CatalogError, ValidationError, IndexEmptyError) as e:
         sys.stderr.write(f"attend {args.command}: {e}\n")
         return 2
 

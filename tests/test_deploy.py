@@ -34,13 +34,17 @@ def test_commands_are_real_cli_commands_on_the_same_database() -> None:
     for name in ("migrate", "indexer", "api"):
         command = services[name]["command"]
         assert command[0] == "attend"
-        args = [a.replace("${ATTEND_CATALOG_FILE:-demo_books.jsonl}", "demo_books.jsonl")
-                for a in command[1:]]
+        args = [
+            a.replace("${ATTEND_CATALOG_FILE:-demo_books.jsonl}", "demo_books.jsonl")
+            for a in command[1:]
+        ]
         parser.parse_args(args)  # exits on an unknown command or option
         url = services[name]["environment"]["ATTEND_DATABASE_URL"]
         db = services["db"]["environment"]
-        assert url == (f"postgresql+psycopg://{db['POSTGRES_USER']}:{db['POSTGRES_PASSWORD']}"
-                       f"@db:5432/{db['POSTGRES_DB']}")
+        assert url == (
+            f"postgresql+psycopg://{db['POSTGRES_USER']}:{db['POSTGRES_PASSWORD']}"
+            f"@db:5432/{db['POSTGRES_DB']}"
+        )
     assert services["api"]["ports"] == ["8000:8000"]
     assert "--port" in services["api"]["command"] and "8000" in services["api"]["command"]
 
