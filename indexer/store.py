@@ -44,7 +44,7 @@ class LoadedIndex:
     years: list[int | None]
     languages: list[str | None]
     keys: np.ndarray  # (N, d) float32
-    values: np.ndarray  # (N, d) float32
+    values: np.ndarray  # (N, d) float32; the same array as keys when they are equal
     model: str
 
     def __len__(self) -> int:
@@ -152,6 +152,7 @@ def load_index(*, session: Session, model: str, field: str = TEXT_FIELD) -> Load
     languages: list[str | None] = []
     key_rows: list[np.ndarray] = []
     value_rows: list[np.ndarray] = []
+    values_are_keys = True
     for row in session.execute(stmt.execution_options(yield_per=10_000)):
         ids.append(row[0])
         titles.append(row[1])
@@ -160,18 +161,21 @@ def load_index(*, session: Session, model: str, field: str = TEXT_FIELD) -> Load
         languages.append(row[4])
         key_rows.append(from_bytes(row[6], row[5]))
         value_rows.append(from_bytes(row[8], row[7]))
+        values_are_keys = values_are_keys and row[8] == row[6]
     dims = {v.shape[0] for v in key_rows} | {v.shape[0] for v in value_rows}
     if len(dims) > 1:
         raise ValueError(f"vectors of model {model!r} have mixed dimensions {sorted(dims)}")
     d = dims.pop() if dims else 0
+    keys = np.stack(key_rows) if key_rows else np.empty((0, d), _NP_DTYPE)
     return LoadedIndex(
         ids=ids,
         titles=titles,
         authors=authors,
         years=years,
         languages=languages,
-        keys=np.stack(key_rows) if key_rows else np.empty((0, d), _NP_DTYPE),
-        values=np.stack(value_rows) if value_rows else np.empty((0, d), _NP_DTYPE),
+        keys=keys,
+        # one array when every value equals its key (the indexer's V = K): half the memory
+        values=keys if values_are_keys else np.stack(value_rows),
         model=model,
     )
 

@@ -8,29 +8,17 @@ import sys
 from collections.abc import Sequence
 
 from pydantic import ValidationError
-from sqlalchemy.orm import Session
 
 from indexer import db, pipeline
 from indexer.catalog import CatalogError
 from indexer.data import DEMO_CATALOG
 from indexer.settings import CommonSettings, IndexSettings
-from models.device import pick_device
-from models.encoder import SentenceTransformerEncoder
 from service.errors import IndexEmptyError
-from service.main import create_app, load_ranker
+from service.main import build_encoder, build_searcher, create_app
 from service.schemas import SearchParams, SearchResponse
-from service.search import search
 from service.settings import ServiceSettings
 
 logger = logging.getLogger("attend")
-
-
-def _encoder(settings: CommonSettings) -> SentenceTransformerEncoder:
-    return SentenceTransformerEncoder(
-        settings.model,
-        device=pick_device(settings.device).type,
-        batch_size=settings.encode_batch_size,
-    )
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -42,7 +30,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         report = pipeline.run(
             settings,
             engine=engine,
-            encoder=_encoder(settings),
+            encoder=build_encoder(settings),
             path=args.path,
             skip_invalid=args.skip_invalid,
         )
@@ -104,14 +92,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     engine = db.create_db_engine(settings.database_url)
     try:
         db.ensure_schema(engine, create_if_new=False)
-        encoder = _encoder(settings)
-        with Session(engine) as session:
-            ranker = load_ranker(settings, session=session, model=encoder.name)
-        response = search([params.q], params, encoder=encoder, ranker=ranker, scale=settings.scale)[
-            0
-        ]
+        searcher = build_searcher(settings, engine=engine)
     finally:
         engine.dispose()
+    response = searcher.search_now([params.q], params)[0]
     sys.stdout.write(response.model_dump_json(indent=2) + "\n" if args.json else _table(response))
     return 0
 

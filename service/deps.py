@@ -9,24 +9,17 @@ from fastapi import Depends, Request
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from models.encoder import Encoder
 from service.ranker import Ranker
-from service.settings import ServiceSettings
+from service.searcher import Searcher
 
 
-def get_settings(request: Request) -> ServiceSettings:
-    settings: ServiceSettings = request.app.state.settings
-    return settings
+def get_searcher(request: Request) -> Searcher:
+    searcher: Searcher = request.app.state.searcher
+    return searcher
 
 
 def get_ranker(request: Request) -> Ranker:
-    ranker: Ranker = request.app.state.ranker
-    return ranker
-
-
-def get_encoder(request: Request) -> Encoder:
-    encoder: Encoder = request.app.state.encoder
-    return encoder
+    return get_searcher(request).ranker
 
 
 def get_session(request: Request) -> Iterator[Session]:
@@ -35,7 +28,6 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
+SearcherDep = Annotated[Searcher, Depends(get_searcher)]
 RankerDep = Annotated[Ranker, Depends(get_ranker)]
-EncoderDep = Annotated[Encoder, Depends(get_encoder)]
 SessionDep = Annotated[Session, Depends(get_session)]

@@ -2,7 +2,8 @@
 
 catalog.jsonl → indexer.catalog.scan_catalog() → indexer.pipeline.run() → models.encoder (B, d)
 → indexer.store.write_vectors() → tables → [start-up] indexer.store.load_index() → Ranker
-→ GET /search: encode(query) (1, d) → models.attention.attend → weights (1, k) → SearchResponse
+→ GET /search → service.searcher (batches concurrent queries) → encode (B, d)
+→ models.attention.attend → top-k weights (B, k) → SearchResponse
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from indexer import store
 from indexer.db import SchemaError, create_db_engine, ensure_schema
+from indexer.settings import CommonSettings
 from models.device import pick_device
 from models.encoder import Encoder, SentenceTransformerEncoder
 from service.errors import install_error_handlers
 from service.ranker import Ranker
 from service.routes import books, health, search
+from service.searcher import Searcher
 from service.settings import ServiceSettings
 
 logger = logging.getLogger(__name__)
@@ -47,6 +51,31 @@ def load_ranker(settings: ServiceSettings, *, session: Session, model: str) -> R
     return Ranker(index, device=settings.device, chunk_size=settings.chunk_size)
 
 
+def build_encoder(settings: CommonSettings) -> Encoder:
+    return SentenceTransformerEncoder(
+        settings.model,
+        device=pick_device(settings.device).type,
+        batch_size=settings.encode_batch_size,
+    )
+
+
+def build_searcher(
+    settings: ServiceSettings, *, engine: Engine, encoder: Encoder | None = None
+) -> Searcher:
+    """The encoder (the configured model unless one is given) and the index, ready to search."""
+    encoder = encoder or build_encoder(settings)
+    with Session(engine) as session:
+        ranker = load_ranker(settings, session=session, model=encoder.name)
+    return Searcher(
+        encoder,
+        ranker,
+        scale=settings.scale,
+        window_ms=settings.batch_window_ms,
+        max_batch=settings.max_batch,
+        cache_size=settings.query_cache_size,
+    )
+
+
 def create_app(
     settings: ServiceSettings | None = None, *, encoder: Encoder | None = None
 ) -> FastAPI:
@@ -59,15 +88,13 @@ def create_app(
         engine = create_db_engine(settings.database_url)
         try:
             ensure_schema(engine, create_if_new=False)
-            enc = encoder or SentenceTransformerEncoder(
-                settings.model,
-                device=pick_device(settings.device).type,
-                batch_size=settings.encode_batch_size,
-            )
-            with Session(engine) as session:
-                app.state.ranker = load_ranker(settings, session=session, model=enc.name)
-            app.state.settings, app.state.engine, app.state.encoder = settings, engine, enc
-            yield
+            searcher = build_searcher(settings, engine=engine, encoder=encoder)
+            searcher.start()
+            app.state.engine, app.state.searcher = engine, searcher
+            try:
+                yield
+            finally:
+                searcher.close()
         finally:
             engine.dispose()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -44,7 +45,7 @@ class Hit:
 
 @dataclass(frozen=True)
 class Ranking:
-    hits: list[Hit]  # the requested page, best first
+    hits: list[Hit]  # best first
     matched: int  # books the filters left in the softmax
 
 
@@ -62,7 +63,11 @@ class Ranker:
         self.languages = index.languages
         self.row_of = {book_id: i for i, book_id in enumerate(index.ids)}
         self.keys = torch.from_numpy(index.keys).to(self.device)  # (N, d)
-        self.values = torch.from_numpy(index.values).to(self.device)  # (N, d)
+        self.values = (  # (N, d), shared with the keys when the index made them equal
+            self.keys
+            if index.values is index.keys
+            else torch.from_numpy(index.values).to(self.device)
+        )
         self.chunk_size = chunk_size
         # Filter columns, prepared once: a year of NaN never satisfies a bound.
         self._year = torch.tensor(
@@ -105,18 +110,18 @@ class Ranker:
         return keep.to(self.device)
 
     def rank(
-        self, q: Tensor, *, k: int, offset: int = 0, scale: float, filters: Filters | None = None
+        self, q: Tensor, *, k: int, scale: float, filters: Sequence[Filters] | None = None
     ) -> list[Ranking]:
-        """For each query row of q (B, d): hits offset … offset+k−1 of softmax(scale · q Kᵀ)."""
-        mask = self.mask(filters or Filters())
+        """For each query row of q (B, d), with its own filters: the top k of
+        softmax(scale · q Kᵀ) over the books its filters keep."""
         if len(self) == 0:
             return [Ranking([], 0) for _ in range(q.shape[0])]
         att = attend(
             q.to(self.device),
             self.keys,
-            k=offset + k,
+            k=k,
             scale=scale,
-            mask=mask,
+            mask=self._batch_mask(filters or [Filters()] * q.shape[0]),
             chunk_size=self.chunk_size,
         )
         rankings = []
@@ -128,5 +133,15 @@ class Ranker:
             strict=True,
         ):
             hits = [Hit(i, s, w) for i, s, w in zip(idx, scores, weights, strict=True) if i >= 0]
-            rankings.append(Ranking(hits[offset : offset + k], int(matched)))
+            rankings.append(Ranking(hits, int(matched)))
         return rankings
+
+    def _batch_mask(self, filters: Sequence[Filters]) -> Tensor | None:
+        """None without filters, (N,) when every row shares them, else (B, N)."""
+        masks = [self.mask(f) for f in filters]
+        if all(m is None for m in masks):
+            return None
+        if len(set(filters)) == 1:
+            return masks[0]
+        everything = torch.ones(len(self), dtype=torch.bool, device=self.device)
+        return torch.stack([everything if m is None else m for m in masks])  # (B, N)

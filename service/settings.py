@@ -20,4 +20,15 @@ class ServiceSettings(CommonSettings):
     chunk_size: int = Field(
         65_536, ge=1, description="Keys per chunk of the attention core: bounds memory to B·chunk."
     )
+    batch_window_ms: float = Field(
+        2.0,
+        ge=0,
+        le=1000,
+        description="How long a search waits for concurrent ones to share its encoder and "
+        "attention call.",
+    )
+    max_batch: int = Field(64, ge=1, le=4096, description="Most queries in one batch.")
+    query_cache_size: int = Field(
+        4096, ge=1, description="Query embeddings kept (LRU): a repeated query skips the encoder."
+    )
     log_level: str = Field("INFO", description="Python logging level.")

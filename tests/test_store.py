@@ -135,3 +135,17 @@ def test_content_hash_depends_on_model_and_text() -> None:
     assert h == store.content_hash("m", "text") and len(h) == 64
     assert h != store.content_hash("m2", "text")
     assert h != store.content_hash("m", "text ")
+
+
+def test_values_equal_to_keys_are_loaded_once(engine: Engine) -> None:
+    records = _records(3)
+    vectors = np.arange(12, dtype=np.float32).reshape(3, 4)
+    _write(engine, records, vectors, vectors.copy())
+    with Session(engine) as session:
+        index = store.load_index(session=session, model="m")
+        assert index.values is index.keys and np.array_equal(index.keys, vectors)
+    _write(engine, records[:1], vectors[:1], vectors[:1] + 1)
+    with Session(engine) as session:
+        index = store.load_index(session=session, model="m")
+        assert index.values is not index.keys
+        assert np.array_equal(index.values[0], vectors[0] + 1)

@@ -6,28 +6,21 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service.deps import EncoderDep, RankerDep, SettingsDep
+from service.deps import SearcherDep
 from service.schemas import SearchBatchResponse, SearchParams, SearchRequest, SearchResponse
-from service.search import search
 
 router = APIRouter(tags=["search"])
 
 
 @router.get("/search")
-def search_get(
-    params: Annotated[SearchParams, Query()],
-    encoder: EncoderDep,
-    ranker: RankerDep,
-    settings: SettingsDep,
+async def search_get(
+    params: Annotated[SearchParams, Query()], searcher: SearcherDep
 ) -> SearchResponse:
     """Rank the catalog for one query; each result carries its score and attention weight."""
-    return search([params.q], params, encoder=encoder, ranker=ranker, scale=settings.scale)[0]
+    return (await searcher.search([params.q], params))[0]
 
 
 @router.post("/search")
-def search_post(
-    body: SearchRequest, encoder: EncoderDep, ranker: RankerDep, settings: SettingsDep
-) -> SearchBatchResponse:
+async def search_post(body: SearchRequest, searcher: SearcherDep) -> SearchBatchResponse:
     """Rank the catalog for several queries at once (one batched encoder and attention call)."""
-    responses = search(body.queries, body, encoder=encoder, ranker=ranker, scale=settings.scale)
-    return SearchBatchResponse(responses=responses)
+    return SearchBatchResponse(responses=await searcher.search(body.queries, body))

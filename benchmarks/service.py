@@ -1,0 +1,265 @@
+"""Load on the real service over loopback: QPS and latency for 1…64 concurrent clients, with and
+without batching, and a check that answers under load equal answers one at a time.
+
+    .venv/bin/python benchmarks/service.py --database-url sqlite:///benchmarks/results/books.db
+    .venv/bin/python benchmarks/service.py --clients 1 8 32 64 --seconds 10 --json
+
+The database must already hold an index (`attend index`, or benchmarks/search_latency.py leaves
+one in benchmarks/results/). Every request sends a query text not sent before, so the query
+cache never answers for the encoder. The client runs on the same cores as the server: QPS here
+is a floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+TOPICS = [
+    "generative AI",
+    "machine learning",
+    "a wizard school",
+    "space opera",
+    "world war two",
+    "victorian romance",
+    "italian cooking",
+    "the human brain",
+    "detective mystery",
+    "databases",
+    "picture book about animals",
+    "philosophy of mind",
+    "civil war",
+    "python programming",
+    "dragons and quests",
+    "inequality",
+    "poetry",
+    "vampires",
+    "climate",
+    "a scientist's life",
+]
+ANGLES = [
+    "for beginners",
+    "history of",
+    "a novel about",
+    "the best book on",
+    "introduction to",
+    "classic",
+    "modern",
+    "illustrated",
+    "short",
+    "biography",
+    "essays on",
+    "a guide to",
+    "the science of",
+    "stories about",
+    "textbook",
+    "funny",
+    "dark",
+    "young adult",
+    "memoir",
+    "handbook",
+]
+
+
+def unique_queries() -> list[str]:
+    return [f"{a} {t}" for a in ANGLES for t in TOPICS]  # 400 distinct texts
+
+
+@dataclass
+class Cell:
+    mode: str
+    clients: int
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: int = 0
+    seconds: float = 0.0
+    answers: dict[str, list[str]] = field(default_factory=dict)
+
+    def row(self) -> dict[str, float | int | str]:
+        lat = sorted(self.latencies_ms) or [float("nan")]
+
+        def pct(p: float) -> float:
+            return lat[min(len(lat) - 1, round(p / 100 * (len(lat) - 1)))]
+
+        return {
+            "mode": self.mode,
+            "clients": self.clients,
+            "requests": len(self.latencies_ms),
+            "qps": len(self.latencies_ms) / self.seconds if self.seconds else 0.0,
+            "p50_ms": pct(50),
+            "p95_ms": pct(95),
+            "p99_ms": pct(99),
+            "mean_ms": statistics.fmean(lat),
+            "errors": self.errors,
+        }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """`attend serve` in a subprocess on a free loopback port."""
+
+    def __init__(self, database_url: str, env: dict[str, str]):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        full_env = {
+            **os.environ,
+            "ATTEND_DATABASE_URL": database_url,
+            "ATTEND_LOG_LEVEL": "warning",
+            "HF_HUB_OFFLINE": "1",
+            **env,
+        }
+        attend = str(Path(sys.executable).with_name("attend"))
+        self.proc = subprocess.Popen(
+            [attend, "serve", "--port", str(self.port)],
+            env=full_env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("attend serve exited during start-up")
+            try:
+                if httpx.get(f"{self.base}/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError("attend serve did not come up")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+async def load(base: str, cell: Cell, queries: list[str], seconds: float) -> None:
+    """`cell.clients` workers, each sending its next unsent query as soon as the last returns."""
+    next_query = iter(queries)
+    limits = httpx.Limits(max_connections=cell.clients, max_keepalive_connections=cell.clients)
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+        stop_at = time.perf_counter() + seconds
+
+        async def worker() -> None:
+            while time.perf_counter() < stop_at:
+                q = next(next_query, None)
+                if q is None:
+                    return
+                t0 = time.perf_counter()
+                try:
+                    r = await client.get("/search", params={"q": q, "k": 10})
+                    ok = r.status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if ok:
+                    cell.latencies_ms.append((time.perf_counter() - t0) * 1000)
+                    cell.answers[q] = [h["id"] for h in r.json()["results"]]
+                else:
+                    cell.errors += 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(cell.clients)))
+        cell.seconds = time.perf_counter() - t0
+
+
+def check_answers(base: str, answers: dict[str, list[str]], sample: int = 50) -> int:
+    """How many of `sample` answers given under load differ from the same query sent alone."""
+    mismatches = 0
+    with httpx.Client(base_url=base, timeout=60) as client:
+        for q in list(answers)[:sample]:
+            alone = [
+                h["id"] for h in client.get("/search", params={"q": q, "k": 10}).json()["results"]
+            ]
+            mismatches += alone != answers[q]
+    return mismatches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--database-url", default="sqlite:///benchmarks/results/books.db")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 64])
+    parser.add_argument("--seconds", type=float, default=8.0, help="per cell")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        help="extra ATTEND_*=value for the server, e.g. ATTEND_ENCODER_BACKEND=onnx",
+    )
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    extra = dict(e.split("=", 1) for e in args.env)
+    modes = {
+        "batched": {"ATTEND_BATCH_WINDOW_MS": "2", "ATTEND_MAX_BATCH": "64"},
+        "unbatched": {"ATTEND_BATCH_WINDOW_MS": "0", "ATTEND_MAX_BATCH": "1"},
+    }
+    queries = unique_queries()
+    rows, mismatches = [], {}
+    for mode, env in modes.items():
+        server = Server(args.database_url, {**env, **extra})
+        try:
+            server.wait_ready()
+            offset = 0
+            for clients in args.clients:
+                cell = Cell(mode, clients)
+                # a fresh slice of never-sent queries per cell; wraps only on very long runs
+                pool = (queries[offset:] + queries[:offset]) * 50
+                asyncio.run(load(server.base, cell, pool, args.seconds))
+                offset = (offset + len(cell.latencies_ms)) % len(queries)
+                rows.append(cell.row())
+                if clients == max(args.clients):
+                    mismatches[mode] = check_answers(server.base, cell.answers)
+        finally:
+            server.stop()
+    qps = {(r["mode"], r["clients"]): float(r["qps"]) for r in rows}
+    gains = {
+        c: qps[("batched", c)] / qps[("unbatched", c)]
+        for c in args.clients
+        if qps.get(("unbatched", c))
+    }
+    out = {
+        "database": args.database_url.split(":")[0],
+        "server_env": extra,
+        "rows": rows,
+        "batching_gain": gains,
+        "answers_differing_under_load": mismatches,
+        "cores": os.cpu_count(),
+    }
+    if args.json:
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        return
+    head = (
+        f"{'mode':<10} {'clients':>7} {'req':>6} {'q/s':>7} {'p50 ms':>8} {'p95 ms':>8} "
+        f"{'p99 ms':>8} {'errors':>6}"
+    )
+    lines = [f"service benchmark, {out['cores']} cores, server env {extra or 'default'}", head]
+    for r in rows:
+        lines.append(
+            f"{r['mode']:<10} {r['clients']:>7} {r['requests']:>6} {r['qps']:>7.1f} "
+            f"{r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['errors']:>6}"
+        )
+    lines.append(
+        "batching gain (q/s batched / unbatched): "
+        + ", ".join(f"{c} clients {g:.2f}x" for c, g in gains.items())
+    )
+    lines.append(f"answers under load that differ from the same query alone (of 50): {mismatches}")
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

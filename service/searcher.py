@@ -1,0 +1,176 @@
+"""Searches, coalesced: concurrent requests share one encoder call and one attention call.
+
+A request waits at most `window` for company (or until `max_batch` queries are waiting), then
+one worker thread encodes the batch's new query texts (repeated ones come from an LRU cache),
+runs `attend` once for all of them with a (B, N) mask built from each request's filters, and
+hands every request its own page. One worker also means torch work never competes with itself
+for the cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict, deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import torch
+
+from models.encoder import Encoder
+from service.errors import IndexEmptyError
+from service.ranker import Filters, Ranker, Ranking
+from service.schemas import SearchHit, SearchOptions, SearchResponse
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Job:
+    queries: list[str]
+    options: SearchOptions
+    future: Future[list[SearchResponse]] = field(default_factory=Future)
+
+
+class QueryCache:
+    """LRU of query text → embedding (d,), so a repeated query skips the encoder."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._vectors: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def encode(self, encoder: Encoder, texts: list[str]) -> torch.Tensor:
+        """(len(texts), d): cached rows as they are, the rest in one encoder call."""
+        with self._lock:
+            return self._encode(encoder, texts)
+
+    def _encode(self, encoder: Encoder, texts: list[str]) -> torch.Tensor:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
+        if missing:
+            for text, vector in zip(missing, encoder.encode(missing), strict=True):
+                self._vectors[text] = vector
+        for text in texts:
+            self._vectors.move_to_end(text)
+        rows = torch.stack([self._vectors[t] for t in texts])  # (B, d)
+        while len(self._vectors) > self.size:
+            self._vectors.popitem(last=False)
+        return rows
+
+
+class Searcher:
+    """The service's search path: `await search(...)` from the event loop, `search_now` inline."""
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        ranker: Ranker,
+        *,
+        scale: float,
+        window_ms: float = 2.0,
+        max_batch: int = 64,
+        cache_size: int = 4096,
+    ):
+        self.encoder = encoder
+        self.ranker = ranker
+        self.scale = scale
+        self.window = window_ms / 1000
+        self.max_batch = max_batch
+        self.cache = QueryCache(cache_size)
+        self.batch_sizes: deque[int] = deque(maxlen=1000)  # queries per attention call
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._worker: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._worker = threading.Thread(target=self._loop, name="attend-searcher", daemon=True)
+        self._worker.start()
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._jobs.put(None)
+            self._worker.join(timeout=30)
+            self._worker = None
+
+    async def search(self, queries: list[str], options: SearchOptions) -> list[SearchResponse]:
+        """Queue the queries for the next batch and wait for their responses."""
+        if self._worker is None:
+            raise RuntimeError("Searcher.start() was not called")
+        job = _Job(queries, options)
+        self._jobs.put(job)
+        return await asyncio.wrap_future(job.future)
+
+    def search_now(self, queries: list[str], options: SearchOptions) -> list[SearchResponse]:
+        """Answer in the calling thread, unbatched (the CLI)."""
+        return self._answer([_Job(queries, options)])[0]
+
+    def _loop(self) -> None:
+        while (first := self._jobs.get()) is not None:
+            batch, size = [first], len(first.queries)
+            deadline = time.monotonic() + self.window
+            stop = False
+            while size < self.max_batch and (left := deadline - time.monotonic()) > 0:
+                try:
+                    job = self._jobs.get(timeout=left)
+                except queue.Empty:
+                    break
+                if job is None:
+                    stop = True
+                    break
+                batch.append(job)
+                size += len(job.queries)
+            try:
+                for job, responses in zip(batch, self._answer(batch), strict=True):
+                    job.future.set_result(responses)
+            except Exception as e:  # every waiting request gets the error, none hangs
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(e)
+            if stop:
+                break
+
+    def _answer(self, jobs: list[_Job]) -> list[list[SearchResponse]]:
+        if len(self.ranker) == 0:
+            raise IndexEmptyError()
+        texts = [text for job in jobs for text in job.queries]
+        logger.debug("batch of %d queries: %r", len(texts), texts)
+        q = self.cache.encode(self.encoder, texts)  # (B, d)
+        filters = [_filters(job.options) for job in jobs for _ in job.queries]
+        k = max(job.options.offset + job.options.k for job in jobs)
+        rankings = iter(self.ranker.rank(q, k=k, scale=self.scale, filters=filters))
+        self.batch_sizes.append(len(texts))
+        return [
+            [self._response(t, job.options, next(rankings)) for t in job.queries] for job in jobs
+        ]
+
+    def _response(self, text: str, options: SearchOptions, ranking: Ranking) -> SearchResponse:
+        page = ranking.hits[options.offset : options.offset + options.k]
+        ranker = self.ranker
+        return SearchResponse(
+            query=text,
+            model=ranker.model,
+            scale=self.scale,
+            catalog_size=len(ranker),
+            matched=ranking.matched,
+            k=options.k,
+            offset=options.offset,
+            results=[
+                SearchHit(
+                    rank=options.offset + i + 1,
+                    id=ranker.ids[hit.row],
+                    title=ranker.titles[hit.row],
+                    authors=ranker.authors[hit.row],
+                    year=ranker.years[hit.row],
+                    language=ranker.languages[hit.row],
+                    score=hit.score,
+                    weight=hit.weight,
+                )
+                for i, hit in enumerate(page)
+            ],
+        )
+
+
+def _filters(options: SearchOptions) -> Filters:
+    return Filters(options.author, options.year_min, options.year_max, options.language)

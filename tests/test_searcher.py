@@ -1,0 +1,168 @@
+"""Coalesced search: concurrent requests share one attention call and get the answers they
+would have got alone; repeated queries skip the encoder."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from sqlalchemy import Engine
+
+from conftest import FakeEncoder, write_jsonl
+from indexer import pipeline
+from indexer.settings import IndexSettings
+from service.errors import IndexEmptyError
+from service.main import build_searcher
+from service.schemas import SearchOptions, SearchResponse
+from service.searcher import QueryCache, Searcher
+from service.settings import ServiceSettings
+
+
+class RandomEncoder(FakeEncoder):
+    """A fixed random unit vector per text: no two books ever tie on a score."""
+
+    name = "random-64"
+
+    def encode(self, texts: list[str]) -> torch.Tensor:
+        self.calls += 1
+        self.texts_encoded += len(texts)
+        seeds = [int(hashlib.blake2b(t.encode(), digest_size=6).hexdigest(), 16) for t in texts]
+        rows = [torch.randn(self.dim, generator=torch.Generator().manual_seed(s)) for s in seeds]
+        return torch.nn.functional.normalize(torch.stack(rows), dim=-1)
+
+
+BOOKS = [
+    {
+        "id": f"b{i:02d}",
+        "title": f"Book {i}",
+        "authors": [f"Author {i % 5}"],
+        "year": 1950 + 3 * i,
+        "language": ["eng", "fre"][i % 2],
+    }
+    for i in range(30)
+]
+QUERIES = ["neural database", "wizard magic", "desert spice", "history war", "storage"]
+OPTIONS = [
+    SearchOptions(k=5),
+    SearchOptions(k=3, offset=2),
+    SearchOptions(k=10, language="fre"),
+    SearchOptions(k=4, year_min=1980, author="author 2"),
+    SearchOptions(k=1, author="nobody"),
+]
+
+
+@pytest.fixture
+def searcher(engine: Engine, tmp_path: Path) -> Iterator[Searcher]:
+    url = engine.url.render_as_string(hide_password=False)
+    pipeline.run(
+        IndexSettings(database_url=url),
+        engine=engine,
+        encoder=RandomEncoder(),
+        path=write_jsonl(tmp_path / "books.jsonl", BOOKS),
+    )
+    settings = ServiceSettings(database_url=url, device="cpu", batch_window_ms=200, max_batch=64)
+    s = build_searcher(settings, engine=engine, encoder=RandomEncoder())
+    s.start()
+    yield s
+    s.close()
+
+
+def _same(a: SearchResponse, b: SearchResponse) -> None:
+    assert (a.query, a.matched, a.k, a.offset) == (b.query, b.matched, b.k, b.offset)
+    assert [h.id for h in a.results] == [h.id for h in b.results]
+    assert [h.rank for h in a.results] == [h.rank for h in b.results]
+    for x, y in zip(a.results, b.results, strict=True):
+        assert math.isclose(x.weight, y.weight, rel_tol=1e-5)
+        assert math.isclose(x.score, y.score, rel_tol=1e-5, abs_tol=1e-6)
+
+
+def test_concurrent_searches_are_batched_and_answer_as_alone(searcher: Searcher) -> None:
+    async def together() -> list[list[SearchResponse]]:
+        return await asyncio.gather(
+            *(searcher.search([q], o) for q, o in zip(QUERIES, OPTIONS, strict=True))
+        )
+
+    batched = asyncio.run(together())
+    assert max(searcher.batch_sizes) > 1  # a 200 ms window: they shared an attention call
+    for q, o, [response] in zip(QUERIES, OPTIONS, batched, strict=True):
+        _same(response, searcher.search_now([q], o)[0])
+    assert batched[4][0].matched == 0 and batched[4][0].results == []
+    assert all(
+        h.id
+        in {
+            "b01",
+            "b03",
+            "b05",
+            "b07",
+            "b09",
+            "b11",
+            "b13",
+            "b15",
+            "b17",
+            "b19",
+            "b21",
+            "b23",
+            "b25",
+            "b27",
+            "b29",
+        }
+        for h in batched[2][0].results
+    )
+
+
+def test_max_batch_bounds_a_batch(searcher: Searcher) -> None:
+    searcher.max_batch = 2
+
+    async def many() -> list[list[SearchResponse]]:
+        return await asyncio.gather(
+            *(searcher.search([f"history {i}"], SearchOptions(k=2)) for i in range(7))
+        )
+
+    assert len(asyncio.run(many())) == 7
+    assert max(searcher.batch_sizes) <= 2
+
+
+def test_a_repeated_query_skips_the_encoder(searcher: Searcher) -> None:
+    encoder = searcher.encoder
+    assert isinstance(encoder, RandomEncoder)
+    first = searcher.search_now(["wizard magic", "wizard magic", "history"], SearchOptions())
+    assert encoder.texts_encoded == 2  # duplicates within a batch are encoded once
+    again = searcher.search_now(["wizard magic"], SearchOptions())
+    assert encoder.texts_encoded == 2
+    _same(first[0], again[0])
+
+
+def test_query_cache_evicts_the_least_recently_used() -> None:
+    encoder, cache = RandomEncoder(), QueryCache(size=2)
+    cache.encode(encoder, ["a", "b"])
+    cache.encode(encoder, ["a"])  # a is now the most recent
+    cache.encode(encoder, ["c"])  # evicts b
+    assert encoder.texts_encoded == 3
+    rows = cache.encode(encoder, ["a", "c"])
+    assert encoder.texts_encoded == 3
+    assert torch.equal(rows, RandomEncoder().encode(["a", "c"]))
+    cache.encode(encoder, ["b"])
+    assert encoder.texts_encoded == 4
+
+
+def test_errors_reach_every_waiting_request(engine: Engine) -> None:
+    url = engine.url.render_as_string(hide_password=False)
+    s = build_searcher(ServiceSettings(database_url=url), engine=engine, encoder=RandomEncoder())
+    s.start()
+    try:
+
+        async def two() -> list[object]:
+            return await asyncio.gather(
+                s.search(["a"], SearchOptions()),
+                s.search(["b"], SearchOptions()),
+                return_exceptions=True,
+            )
+
+        assert all(isinstance(r, IndexEmptyError) for r in asyncio.run(two()))
+    finally:
+        s.close()
