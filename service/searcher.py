@@ -1,10 +1,11 @@
 """Searches, coalesced: concurrent requests share one encoder call and one attention call.
 
-A request waits at most `window` for company (or until `max_batch` queries are waiting), then
-one worker thread encodes the batch's new query texts (repeated ones come from an LRU cache),
-runs `attend` once for all of them with a (B, N) mask built from each request's filters, and
-hands every request its own page. One worker also means torch work never competes with itself
-for the cores.
+Requests that queue up while a batch is being answered form the next batch; once load is seen
+(the last batch had company) a batch also waits up to `window` for more, so a lone request on an
+idle service never waits. One worker thread encodes the batch's new query texts (repeated ones
+come from an LRU cache), runs `attend` once for all of them with a (B, N) mask built from each
+request's filters, and hands every request its own page. One worker also means torch work never
+competes with itself for the cores.
 """
 
 from __future__ import annotations
@@ -107,20 +108,10 @@ class Searcher:
         return self._answer([_Job(queries, options)])[0]
 
     def _loop(self) -> None:
+        busy = False  # did the last batch have company? then more is likely on its way
         while (first := self._jobs.get()) is not None:
-            batch, size = [first], len(first.queries)
-            deadline = time.monotonic() + self.window
-            stop = False
-            while size < self.max_batch and (left := deadline - time.monotonic()) > 0:
-                try:
-                    job = self._jobs.get(timeout=left)
-                except queue.Empty:
-                    break
-                if job is None:
-                    stop = True
-                    break
-                batch.append(job)
-                size += len(job.queries)
+            batch, stop = self._collect(first, wait=busy)
+            busy = len(batch) > 1
             try:
                 for job, responses in zip(batch, self._answer(batch), strict=True):
                     job.future.set_result(responses)
@@ -130,6 +121,22 @@ class Searcher:
                         job.future.set_exception(e)
             if stop:
                 break
+
+    def _collect(self, first: _Job, *, wait: bool) -> tuple[list[_Job], bool]:
+        """`first` and the jobs queued behind it, plus, when `wait`, those arriving within the
+        window; up to `max_batch` queries. Also says whether the stop sentinel was met."""
+        batch, size = [first], len(first.queries)
+        deadline = time.monotonic() + (self.window if wait else 0.0)
+        while size < self.max_batch:
+            try:
+                job = self._jobs.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if job is None:
+                return batch, True
+            batch.append(job)
+            size += len(job.queries)
+        return batch, False
 
     def _answer(self, jobs: list[_Job]) -> list[list[SearchResponse]]:
         if len(self.ranker) == 0:

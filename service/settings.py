@@ -24,8 +24,8 @@ class ServiceSettings(CommonSettings):
         2.0,
         ge=0,
         le=1000,
-        description="How long a search waits for concurrent ones to share its encoder and "
-        "attention call.",
+        description="Under load, how long a batch waits for more searches to share its encoder "
+        "and attention call; a lone search on an idle service never waits.",
     )
     max_batch: int = Field(64, ge=1, le=4096, description="Most queries in one batch.")
     query_cache_size: int = Field(
