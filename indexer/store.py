@@ -145,28 +145,43 @@ def load_index(*, session: Session, model: str, field: str = TEXT_FIELD) -> Load
         )
         .order_by(Book.id)
     )
+    # Rows go straight into preallocated (N, d) arrays, so loading never holds the catalog's
+    # vectors twice; the count is a hint (an indexer may commit between the two statements).
+    capacity = session.scalar(select(func.count()).select_from(stmt.subquery())) or 0
+    dims = set(
+        session.scalars(
+            select(BookVector.dim)
+            .where(BookVector.model == model, BookVector.field == field)
+            .distinct()
+        )
+    )
+    if len(dims) > 1:
+        raise ValueError(f"vectors of model {model!r} have mixed dimensions {sorted(dims)}")
+    d = dims.pop() if dims else 0
+    keys = np.empty((capacity, d), _NP_DTYPE)
+    values: np.ndarray | None = None  # allocated at the first value that differs from its key
     ids: list[str] = []
     titles: list[str] = []
     authors: list[list[str]] = []
     years: list[int | None] = []
     languages: list[str | None] = []
-    key_rows: list[np.ndarray] = []
-    value_rows: list[np.ndarray] = []
-    values_are_keys = True
-    for row in session.execute(stmt.execution_options(yield_per=10_000)):
+    for i, row in enumerate(session.execute(stmt.execution_options(yield_per=10_000))):
+        if i == len(keys):  # more rows than counted
+            keys = _grow(keys)
+            values = None if values is None else _grow(values)
         ids.append(row[0])
         titles.append(row[1])
         authors.append(list(row[2] or []))
         years.append(row[3])
         languages.append(row[4])
-        key_rows.append(from_bytes(row[6], row[5]))
-        value_rows.append(from_bytes(row[8], row[7]))
-        values_are_keys = values_are_keys and row[8] == row[6]
-    dims = {v.shape[0] for v in key_rows} | {v.shape[0] for v in value_rows}
-    if len(dims) > 1:
-        raise ValueError(f"vectors of model {model!r} have mixed dimensions {sorted(dims)}")
-    d = dims.pop() if dims else 0
-    keys = np.stack(key_rows) if key_rows else np.empty((0, d), _NP_DTYPE)
+        keys[i] = from_bytes(row[6], row[5])
+        if values is None and row[8] != row[6]:
+            values = keys.copy()
+        if values is not None:
+            values[i] = from_bytes(row[8], row[7])
+    if len(ids) < len(keys):  # fewer rows than counted
+        keys = keys[: len(ids)].copy()
+        values = None if values is None else values[: len(ids)].copy()
     return LoadedIndex(
         ids=ids,
         titles=titles,
@@ -175,9 +190,15 @@ def load_index(*, session: Session, model: str, field: str = TEXT_FIELD) -> Load
         languages=languages,
         keys=keys,
         # one array when every value equals its key (the indexer's V = K): half the memory
-        values=keys if values_are_keys else np.stack(value_rows),
+        values=keys if values is None else values,
         model=model,
     )
+
+
+def _grow(a: np.ndarray) -> np.ndarray:
+    bigger = np.empty((max(2 * len(a), 1024), a.shape[1]), a.dtype)
+    bigger[: len(a)] = a
+    return bigger
 
 
 def get_book(*, session: Session, book_id: str) -> Book | None:
