@@ -70,7 +70,7 @@ def attend(
 
     for start in range(0, N, C):
         kc = keys[start : start + C]  # (C, d)
-        logits = (q @ kc.T).float() * scale  # (B, C), fp32 accumulate
+        logits = _scores(q, kc) * scale  # (B, C) fp32
         if mask is not None:
             mc = mask[..., start : start + C]  # (C,) or (B, C)
             logits = logits.masked_fill(~mc, -math.inf)
@@ -141,3 +141,11 @@ def _check(
                 f"mask must be (N,) or (B, N), got {tuple(mask.shape)} for N={N}, B={B}"
             )
     return scale, mask
+
+
+def _scores(q: Tensor, kc: Tensor) -> Tensor:
+    """q kcᵀ (B, C) in float32. Half-precision keys on CUDA stream at half the bytes and
+    accumulate in fp32 straight into an fp32 result, without an fp16 rounding of the scores."""
+    if kc.is_cuda and kc.dtype in (torch.float16, torch.bfloat16):
+        return torch.mm(q, kc.T, out_dtype=torch.float32)
+    return (q @ kc.T).float()

@@ -48,7 +48,12 @@ def load_ranker(settings: ServiceSettings, *, session: Session, model: str) -> R
             total,
             model,
         )
-    return Ranker(index, device=settings.device, chunk_size=settings.chunk_size)
+    return Ranker(
+        index,
+        device=settings.device,
+        key_dtype=settings.key_dtype,
+        chunk_size=settings.chunk_size,
+    )
 
 
 def build_encoder(settings: CommonSettings) -> Encoder:

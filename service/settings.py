@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from indexer.settings import CommonSettings
@@ -16,6 +18,10 @@ class ServiceSettings(CommonSettings):
         le=1000,
         description="Softmax scale (inverse temperature) for unit-length embeddings. 1/√d = 0.051 "
         "makes every weight ≈ 1/N; 20 is the temperature 0.05 the model was trained with.",
+    )
+    key_dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        "auto",
+        description="Keys in memory: auto is float16 on CUDA and float32 on the CPU.",
     )
     chunk_size: int = Field(
         65_536, ge=1, description="Keys per chunk of the attention core: bounds memory to B·chunk."

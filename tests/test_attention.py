@@ -205,5 +205,20 @@ def test_cuda_matches_cpu() -> None:
     q, keys, values = unit(4, 64, seed=29), unit(3000, 64, seed=30), torch.randn(3000, 16)
     cpu = attend(q, keys, values, k=10, scale=20.0, chunk_size=512)
     gpu = attend(q.cuda(), keys.cuda(), values.cuda(), k=10, scale=20.0, chunk_size=512)
+    half = attend(q.cuda(), keys.cuda().half(), k=10, scale=20.0, chunk_size=512)
+    assert torch.equal(half.indices[:, 0].cpu(), cpu.indices[:, 0])
+    torch.testing.assert_close(half.weights.cpu(), cpu.weights, rtol=2e-2, atol=1e-4)
     assert torch.equal(gpu.indices.cpu(), cpu.indices)
     torch.testing.assert_close(gpu.weights.cpu(), cpu.weights, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_keys_rank_like_float32(dtype: torch.dtype) -> None:
+    q, keys = unit(3, 64, seed=31), unit(2000, 64, seed=32)
+    full = attend(q, keys, k=5, scale=20.0, chunk_size=300)
+    half = attend(q, keys.to(dtype), k=5, scale=20.0, chunk_size=300)
+    assert half.weights.dtype == half.scores.dtype == torch.float32
+    assert torch.equal(half.indices[:, 0], full.indices[:, 0])
+    # scores carry the keys' rounding (~1e-3 in fp16, ~1e-2 in bf16), weights exp(20×) that
+    tolerance = 2e-2 if dtype == torch.float16 else 2e-1
+    torch.testing.assert_close(half.weights, full.weights, rtol=tolerance, atol=1e-4)

@@ -19,6 +19,7 @@ from indexer.settings import IndexSettings
 from service.errors import IndexEmptyError
 from service.main import build_searcher
 from service.schemas import SearchOptions, SearchResponse
+from service.ranker import key_dtype_for
 from service.searcher import QueryCache, Searcher
 from service.settings import ServiceSettings
 
@@ -166,3 +167,9 @@ def test_errors_reach_every_waiting_request(engine: Engine) -> None:
         assert all(isinstance(r, IndexEmptyError) for r in asyncio.run(two()))
     finally:
         s.close()
+
+
+def test_key_dtype_is_half_on_cuda_and_float32_on_cpu() -> None:
+    assert key_dtype_for(torch.device("cpu"), "auto") == torch.float32
+    assert key_dtype_for(torch.device("cuda"), "auto") == torch.float16
+    assert key_dtype_for(torch.device("cpu"), "bfloat16") == torch.bfloat16
