@@ -18,8 +18,8 @@ from indexer import pipeline
 from indexer.settings import IndexSettings
 from service.errors import IndexEmptyError
 from service.main import build_searcher
-from service.schemas import SearchOptions, SearchResponse
 from service.ranker import key_dtype_for
+from service.schemas import SearchOptions, SearchResponse
 from service.searcher import QueryCache, Searcher
 from service.settings import ServiceSettings
 
