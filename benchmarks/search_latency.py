@@ -1,7 +1,7 @@
 """Index a catalog, serve it on loopback, and time GET /search one request at a time.
 
-    .venv/bin/python benchmarks/search_latency.py                      # the shared catalog
-    .venv/bin/python benchmarks/search_latency.py --catalog indexer/data/demo_books.jsonl --json
+    .venv/bin/python -m benchmarks.search_latency                      # the shared catalog
+    .venv/bin/python -m benchmarks.search_latency --catalog indexer/data/demo_books.jsonl --json
 
 Prints the indexing run (books/s; a rerun on the same database embeds nothing), the latency of
 GET /search over HTTP (p50/p95/p99), and the two stages inside it measured in-process in the

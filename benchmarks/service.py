@@ -1,8 +1,8 @@
 """Load on the real service over loopback: QPS and latency for 1…64 concurrent clients, with and
 without batching, and a check that answers under load equal answers one at a time.
 
-    .venv/bin/python benchmarks/service.py --database-url sqlite:///benchmarks/results/books.db
-    .venv/bin/python benchmarks/service.py --clients 1 8 32 64 --seconds 10 --json
+    .venv/bin/python -m benchmarks.service --database-url sqlite:///benchmarks/results/books.db
+    .venv/bin/python -m benchmarks.service --clients 1 8 32 64 --seconds 10 --json
 
 The database must already hold an index (`attend index`, or benchmarks/search_latency.py leaves
 one in benchmarks/results/). Every request sends a query text not sent before, so the query

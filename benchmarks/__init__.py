@@ -1,0 +1,1 @@
+"""Benchmarks; run each as a module from the project root: python -m benchmarks.core"""

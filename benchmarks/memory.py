@@ -1,0 +1,162 @@
+"""Peak resident memory of the service's search state (encoder + keys and values) for N books.
+
+    .venv/bin/python -m benchmarks.memory --database-url sqlite:///benchmarks/results/books.db
+    .venv/bin/python -m benchmarks.memory --synthetic 1000000      # builds a 1M-book SQLite file
+
+Each measurement runs in a fresh process: RSS once the encoder is loaded (the model), then the
+peak RSS while the index is read from the database into the ranker and after one search. The
+figure to watch is (peak − model) / raw bytes, where raw is N·d·4 for the keys plus the same
+for the values (the indexer stores V = K, and the service holds them once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(url: str) -> dict[str, float]:
+    """In this (fresh) process: load the encoder, then the index, then search once."""
+    from indexer.db import create_db_engine
+    from service.main import build_encoder, build_searcher
+    from service.schemas import SearchOptions
+    from service.settings import ServiceSettings
+
+    settings = ServiceSettings(database_url=url, device="cpu")
+    start = rss_mib()
+    encoder = build_encoder(settings)
+    encoder.encode(["warm up"])
+    model = rss_mib()
+    engine = create_db_engine(url)
+    t0 = time.perf_counter()
+    searcher = build_searcher(settings, engine=engine, encoder=encoder)
+    load_s = time.perf_counter() - t0
+    searcher.search_now(["a book about the sea"], SearchOptions(k=10))
+    ranker = searcher.ranker
+    n, d = ranker.keys.shape
+    raw_kv = 2 * n * d * 4 / 2**20
+    peak = peak_mib()
+    return {
+        "books": n,
+        "dim": d,
+        "python_mib": start,
+        "model_mib": model - start,
+        "peak_mib": peak,
+        "after_mib": rss_mib(),
+        "raw_keys_values_mib": raw_kv,
+        "index_peak_over_raw_kv": (peak - model) / raw_kv if raw_kv else float("nan"),
+        "values_shared_with_keys": ranker.values is ranker.keys,
+        "load_s": load_s,
+    }
+
+
+def build_synthetic(n: int, path: Path, d: int = 384, batch: int = 20_000) -> str:
+    """A SQLite index of n random unit vectors written through the store, like the indexer."""
+    from sqlalchemy.orm import Session
+
+    from indexer import db, store
+    from indexer.catalog import CatalogRecord
+
+    url = f"sqlite:///{path}"
+    if path.exists():
+        return url
+    engine = db.create_db_engine(url)
+    db.upgrade(engine)
+    rng = np.random.default_rng(0)
+    for start in range(0, n, batch):
+        ids = [f"s{i:08d}" for i in range(start, min(n, start + batch))]
+        vecs = rng.standard_normal((len(ids), d), dtype=np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        records = [
+            CatalogRecord(id=i, title=f"Synthetic {i}", year=1900 + j % 120)
+            for j, i in enumerate(ids)
+        ]
+        rows = [
+            store.VectorRow(i, role, store.TEXT_FIELD, "synthetic", vecs[j])
+            for j, i in enumerate(ids)
+            for role in ("key", "value")
+        ]
+        with Session(engine) as session, session.begin():
+            store.upsert_books(session=session, records=records)
+            store.write_vectors(session=session, rows=rows, model=store_model())
+    engine.dispose()
+    return url
+
+
+def store_model() -> str:
+    from models.encoder import DEFAULT_MODEL
+
+    return DEFAULT_MODEL
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--database-url", action="append", default=[])
+    parser.add_argument(
+        "--synthetic",
+        type=int,
+        action="append",
+        default=[],
+        help="also measure an index of N random vectors (built once, cached)",
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.child:
+        sys.stdout.write(json.dumps(measure(args.child)) + "\n")
+        return
+    RESULTS.mkdir(exist_ok=True)
+    urls = list(args.database_url)
+    for n in args.synthetic:
+        t0 = time.perf_counter()
+        urls.append(build_synthetic(n, RESULTS / f"synthetic-{n}.db"))
+        sys.stderr.write(f"synthetic index of {n} ready in {time.perf_counter() - t0:.0f} s\n")
+    rows = []
+    for url in urls:
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.memory", "--child", url],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        rows.append({"database": url, **json.loads(out.stdout.strip().splitlines()[-1])})
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    sys.stdout.write(
+        f"{'books':>9} {'model MiB':>9} {'K+V raw MiB':>11} {'peak MiB':>9} "
+        f"{'(peak-model)/raw':>16} {'V shared':>8} {'load s':>7}\n"
+    )
+    for r in rows:
+        sys.stdout.write(
+            f"{r['books']:>9} {r['model_mib']:>9.0f} {r['raw_keys_values_mib']:>11.0f} "
+            f"{r['peak_mib']:>9.0f} {r['index_peak_over_raw_kv']:>16.2f} "
+            f"{r['values_shared_with_keys']!s:>8} {r['load_s']:>7.1f}\n"
+        )
+
+
+if __name__ == "__main__":
+    main()
