@@ -16,7 +16,11 @@ COPY models ./models
 COPY indexer ./indexer
 COPY service ./service
 COPY migrations ./migrations
-RUN pip install . && useradd --create-home attend
+ENV ATTEND_ONNX_CACHE_DIR=/opt/attend/onnx
+# Export the ONNX encoder at build time, so no container spends 10-20 s on it at start-up.
+RUN pip install . \
+    && python -c "from models.encoder import SentenceTransformerEncoder as E; E(backend='onnx', cache_dir='/opt/attend/onnx')" \
+    && useradd --create-home attend
 USER attend
 WORKDIR /home/attend
 

