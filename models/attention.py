@@ -67,31 +67,35 @@ def attend(
     l = torch.zeros(B, device=device, dtype=torch.float64)  # (B,)
     acc = None if values is None else torch.zeros(B, values.shape[1], device=device)  # (B, d_v)
     matched = torch.zeros(B, dtype=torch.long, device=device)
+    # One logits buffer for every full chunk, updated in place: a fresh (B, C) tensor per op
+    # costs more in allocation and page faults than the arithmetic on it.
+    buf = torch.empty(B, min(C, N), device=device)  # (B, C)
 
     for start in range(0, N, C):
         kc = keys[start : start + C]  # (C, d)
-        logits = _scores(q, kc) * scale  # (B, C) fp32
+        out = buf if len(kc) == buf.shape[1] else torch.empty(B, len(kc), device=device)
+        logits = _scores(q, kc, out=out).mul_(scale)  # (B, C) fp32
         if mask is not None:
             mc = mask[..., start : start + C]  # (C,) or (B, C)
-            logits = logits.masked_fill(~mc, -math.inf)
+            logits.masked_fill_(~mc, -math.inf)
             matched += mc.sum(-1) if mc.dim() == 2 else mc.sum()
         else:
             matched += kc.shape[0]
 
+        # running top-k first (the exp below overwrites the logits): chunk's best ∪ best so far
+        c_logits, c_pos = logits.topk(min(kk, len(kc)), dim=-1)  # (B, ck), descending
+        top_logits, best = torch.cat([top_logits, c_logits], dim=-1).topk(kk, dim=-1)  # (B, k)
+        top_idx = torch.cat([top_idx, c_pos + start], dim=-1).gather(1, best)
+
         # running log-sum-exp (and output), rescaled to the new max like flash-attention
-        m_new = torch.maximum(m, logits.amax(dim=-1))  # (B,)
+        m_new = torch.maximum(m, c_logits[:, 0])  # (B,) the chunk's max is its top-1
         m_safe = torch.where(torch.isinf(m_new), 0.0, m_new)
         alpha = torch.exp(m - m_safe)  # (B,) 0 where m was −inf
-        p = torch.exp(logits - m_safe[:, None])  # (B, C)
+        p = logits.sub_(m_safe[:, None]).exp_()  # (B, C) exp(logit − m), in place
         l = l * alpha.double() + p.sum(dim=-1).double()
         if acc is not None and values is not None:
             acc = acc * alpha[:, None] + p @ values[start : start + C].to(p.dtype)  # (B, d_v)
         m = m_new
-
-        # running top-k: the chunk's best merged with the best so far
-        c_logits, c_pos = logits.topk(min(kk, logits.shape[1]), dim=-1)  # (B, ck)
-        top_logits, best = torch.cat([top_logits, c_logits], dim=-1).topk(kk, dim=-1)  # (B, k)
-        top_idx = torch.cat([top_idx, c_pos + start], dim=-1).gather(1, best)
 
     lse = torch.where(l > 0, m.double() + torch.log(l), -math.inf)  # (B,) float64
     found = torch.isfinite(top_logits)  # (B, k) False for masked keys and padding
@@ -143,9 +147,12 @@ def _check(
     return scale, mask
 
 
-def _scores(q: Tensor, kc: Tensor) -> Tensor:
-    """q kcᵀ (B, C) in float32. Half-precision keys on CUDA stream at half the bytes and
-    accumulate in fp32 straight into an fp32 result, without an fp16 rounding of the scores."""
-    if kc.is_cuda and kc.dtype in (torch.float16, torch.bfloat16):
+def _scores(q: Tensor, kc: Tensor, *, out: Tensor) -> Tensor:
+    """q kcᵀ (B, C) in float32, into `out` (fp32) where the device allows."""
+    if kc.dtype == torch.float32:
+        return torch.mm(q, kc.T, out=out)
+    if kc.is_cuda:
+        # half-precision keys stream at half the bytes; cuBLAS accumulates in fp32 and writes
+        # fp32, so the scores are not rounded to fp16
         return torch.mm(q, kc.T, out_dtype=torch.float32)
-    return (q @ kc.T).float()
+    return (q @ kc.T).float()  # half keys on the CPU: correct, slow (no fast fp16 matmul here)

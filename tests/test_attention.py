@@ -222,3 +222,17 @@ def test_half_precision_keys_rank_like_float32(dtype: torch.dtype) -> None:
     # scores carry the keys' rounding (~1e-3 in fp16, ~1e-2 in bf16), weights exp(20×) that
     tolerance = 2e-2 if dtype == torch.float16 else 2e-1
     torch.testing.assert_close(half.weights, full.weights, rtol=tolerance, atol=1e-4)
+
+
+def test_keys_stored_transposed_give_the_same_answer() -> None:
+    # the service keeps keys as (d, N) memory seen through an (N, d) view
+    q, keys, values = unit(4, 32, seed=33), unit(1000, 32, seed=34), torch.randn(1000, 8)
+    view = keys.T.contiguous().T
+    assert view.stride() == (1, 1000)
+    a = attend(q, keys, values, k=5, scale=20.0, chunk_size=300)
+    b = attend(q, view, view, k=5, scale=20.0, chunk_size=300)
+    c = attend(q, keys, keys, k=5, scale=20.0, chunk_size=300)
+    assert torch.equal(a.indices, b.indices)
+    torch.testing.assert_close(a.weights, b.weights)
+    assert b.output is not None and c.output is not None
+    torch.testing.assert_close(b.output, c.output)
