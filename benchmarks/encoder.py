@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.queries import QUERIES, percentile
 from indexer.data import DEMO_CATALOG
 from models.encoder import (
     DEFAULT_MODEL,
@@ -34,33 +35,6 @@ from models.encoder import (
 from models.onnx_encoder import model_slug
 
 BACKENDS: tuple[Backend, ...] = ("torch", "onnx")
-QUERIES = [
-    "generative AI",
-    "machine learning for beginners",
-    "a wizard school",
-    "space opera empire",
-    "history of the second world war",
-    "romance in victorian england",
-    "cooking italian food",
-    "how the brain works",
-    "murder mystery detective",
-    "relational databases and SQL",
-    "children's picture book about animals",
-    "philosophy of mind",
-    "the american civil war",
-    "learning to program in python",
-    "a dragon and a quest",
-    "economics of inequality",
-    "poetry collection",
-    "vampires",
-    "climate change",
-    "biography of a scientist",
-]
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def book_texts(n: int) -> list[str]:
