@@ -71,13 +71,9 @@ def random_unit(
     chunk: int = 1 << 18,
 ) -> Tensor:
     """(n, d) rows drawn uniformly on the unit sphere, made in chunks (bounded temporaries)."""
-    result = torch.empty(n, d, device=device, dtype=dtype)
-    for start in range(0, n, chunk):
-        rows = min(chunk, n - start)
-        x = torch.randn(rows, d, generator=generator, device=device)
-        x /= x.norm(dim=1, keepdim=True)
-        result[start : start + rows] = x.to(dtype)
-    return result
+    return random_normal(
+        n, d, generator=generator, device=device, dtype=dtype, chunk=chunk, unit=True
+    )
 
 
 def random_normal(
@@ -88,14 +84,17 @@ def random_normal(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
     chunk: int = 1 << 18,
+    unit: bool = False,
 ) -> Tensor:
-    """(n, d) standard normal entries (the values matrix), made in chunks."""
+    """(n, d) standard normal entries (the values matrix), or with `unit` each row scaled to
+    length 1; made in chunks (bounded temporaries)."""
     result = torch.empty(n, d, device=device, dtype=dtype)
     for start in range(0, n, chunk):
         rows = min(chunk, n - start)
-        result[start : start + rows] = torch.randn(rows, d, generator=generator, device=device).to(
-            dtype
-        )
+        x = torch.randn(rows, d, generator=generator, device=device)
+        if unit:
+            x /= x.norm(dim=1, keepdim=True)
+        result[start : start + rows] = x.to(dtype)
     return result
 
 

@@ -25,7 +25,9 @@ from pathlib import Path
 import torch
 
 from benchmarks.queries import QUERIES, percentile
+from indexer.catalog import read_catalog
 from indexer.data import DEMO_CATALOG
+from indexer.pipeline import book_text
 from models.encoder import (
     DEFAULT_MODEL,
     DEFAULT_ONNX_CACHE_DIR,
@@ -39,12 +41,7 @@ BACKENDS: tuple[Backend, ...] = ("torch", "onnx")
 
 def book_texts(n: int) -> list[str]:
     """`n` demo book texts as the indexer embeds them, cycling over the catalog if it is smaller."""
-    texts = []
-    with DEMO_CATALOG.open(encoding="utf-8") as f:
-        for line in f:
-            book = json.loads(line)
-            desc = book.get("description")
-            texts.append(f"{book['title']}\n{desc}" if desc else book["title"])
+    texts = [book_text(record) for record in read_catalog(DEMO_CATALOG)]
     return [texts[i % len(texts)] for i in range(n)]
 
 

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from indexer.catalog import read_catalog
 from indexer.data import DEMO_CATALOG
+from indexer.pipeline import book_text
 from models.encoder import SentenceTransformerEncoder, pick_backend
 from models.onnx_encoder import (
     FORMAT_VERSION,
@@ -51,13 +53,7 @@ QUERIES = [
 
 def demo_texts() -> list[str]:
     """What the indexer embeds for each demo book: title, newline, description."""
-    texts = []
-    with DEMO_CATALOG.open(encoding="utf-8") as f:
-        for line in f:
-            book = json.loads(line)
-            desc = book.get("description")
-            texts.append(f"{book['title']}\n{desc}" if desc else book["title"])
-    return texts
+    return [book_text(record) for record in read_catalog(DEMO_CATALOG)]
 
 
 TEXTS = demo_texts() + QUERIES
