@@ -79,7 +79,6 @@ class Ranker:
         self.authors = index.authors
         self.years = index.years
         self.languages = index.languages
-        self.row_of = {book_id: i for i, book_id in enumerate(index.ids)}
         dtype = key_dtype_for(self.device, key_dtype)
         # Keys are stored (d, N) and used through their (N, d) transpose view: q Kᵀ then
         # streams memory in order, 1.8x faster at B=1 on the CPU than row-major keys.
