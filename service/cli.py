@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from pydantic import ValidationError
+from sqlalchemy.engine import make_url
 
 from indexer import db, pipeline
 from indexer.catalog import CatalogError
@@ -48,7 +49,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     sys.stdout.write(
         f"{report.books} books: {report.embedded} embedded, {report.unchanged} unchanged, "
         f"{len(report.rejected)} rejected, in {report.seconds:.1f} s "
-        f"({report.books_per_second:.1f} books/s) -> {settings.database_url}\n"
+        f"({report.books_per_second:.1f} books/s) -> {make_url(settings.database_url)!r}\n"
     )
     return 0
 
