@@ -9,6 +9,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models.encoder import DEFAULT_MODEL, DEFAULT_ONNX_CACHE_DIR
 
+EncoderBackend = Literal["auto", "torch", "onnx"]
+
 
 class CommonSettings(BaseSettings):
     """What every runnable of Attend shares: where the index lives and how text is embedded."""
@@ -26,7 +28,7 @@ class CommonSettings(BaseSettings):
     )
     device: str = Field("auto", description="auto (CUDA when available, else CPU), cpu or cuda.")
     encode_batch_size: int = Field(64, ge=1, le=4096, description="Texts per encoder call.")
-    encoder_backend: Literal["auto", "torch", "onnx"] = Field(
+    encoder_backend: EncoderBackend = Field(
         "auto",
         description="What runs the encoder: onnx (ONNX Runtime, CPU only), torch "
         "(sentence-transformers on the device), or auto (onnx on the CPU when onnxruntime is "
@@ -44,7 +46,7 @@ class CommonSettings(BaseSettings):
 class IndexSettings(CommonSettings):
     """Settings of `attend index`."""
 
-    encoder_backend: Literal["auto", "torch", "onnx"] = Field(
+    encoder_backend: EncoderBackend = Field(
         "torch",
         description="As for the service, but torch by default: on batches of book texts it "
         "embedded faster than onnx here (63 against 56 texts/s; 36.2 against 28.9 books/s "
