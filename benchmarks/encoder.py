@@ -27,7 +27,7 @@ import torch
 from benchmarks.queries import QUERIES, percentile
 from indexer.catalog import read_catalog
 from indexer.data import DEMO_CATALOG
-from indexer.pipeline import book_text
+from indexer.pipeline import field_texts
 from models.encoder import (
     DEFAULT_MODEL,
     DEFAULT_ONNX_CACHE_DIR,
@@ -40,8 +40,9 @@ BACKENDS: tuple[Backend, ...] = ("torch", "onnx")
 
 
 def book_texts(n: int) -> list[str]:
-    """`n` demo book texts as the indexer embeds them, cycling over the catalog if it is smaller."""
-    texts = [book_text(record) for record in read_catalog(DEMO_CATALOG)]
+    """`n` demo book descriptions as the indexer embeds them (the longer of a book's two texts),
+    cycling over the catalog if it is smaller."""
+    texts = [field_texts(record)["description"] for record in read_catalog(DEMO_CATALOG)]
     return [texts[i % len(texts)] for i in range(n)]
 
 

@@ -56,7 +56,7 @@ def measure(url: str) -> dict[str, float]:
     searcher.search_now(["a book about the sea"], SearchOptions(k=10))
     ranker = searcher.ranker
     n, d = ranker.keys.shape
-    raw_kv = 2 * n * d * 4 / 2**20
+    raw_kv = (len(ranker.keys_by_field) + 1) * n * d * 4 / 2**20  # every field's keys + values
     peak = peak_mib()
     return {
         "books": n,
@@ -94,9 +94,9 @@ def build_synthetic(n: int, path: Path, d: int = 384, batch: int = 20_000) -> st
             for j, i in enumerate(ids)
         ]
         rows = [
-            store.VectorRow(i, role, store.TEXT_FIELD, "synthetic", vecs[j])
+            store.VectorRow(i, role, field, "synthetic", vecs[j])
             for j, i in enumerate(ids)
-            for role in ("key", "value")
+            for role, field in (("key", "title"), ("key", "description"), ("value", "description"))
         ]
         with Session(engine) as session, session.begin():
             store.upsert_books(session=session, records=records)

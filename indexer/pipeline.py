@@ -1,10 +1,11 @@
 """The indexing job: catalog file → validated records → embeddings → one transaction per batch.
 
-The text behind a book's key, and behind its value, is `book_text`: the title, a newline,
-then the description. Keys and values are the same vectors (V = K): the attention output
+Each book has one key per field of `FIELDS`, the embedding of that field's text
+(`field_texts`): its title, and its description (the title again for a book without one, so
+every book has both keys). Its value is the description's key (V = K): the attention output
 `weights @ V` is then the catalog's answer to the query in the query's own space, the
-retrieval step of a modern Hopfield network with inverse temperature `scale`. They are
-stored as separate rows so either can be given its own text later.
+retrieval step of a modern Hopfield network with inverse temperature `scale`. The value is
+stored as its own row so it can be given its own text later.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
 
+import numpy as np
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
@@ -43,9 +45,14 @@ class IndexReport:
         return self.books / self.seconds if self.seconds > 0 else 0.0
 
 
-def book_text(record: CatalogRecord) -> str:
-    """The text embedded as a book's key (and value): title, newline, description."""
-    return f"{record.title}\n{record.description}" if record.description else record.title
+FIELDS = store.KEY_FIELDS  # ("title", "description"): one key per field
+VALUE_FIELD = store.VALUE_FIELD  # the value is the description's key
+
+
+def field_texts(record: CatalogRecord) -> dict[str, str]:
+    """field → the text embedded as the book's key for it. A book without a description
+    gets its title as its description key, so every book has a key for every field."""
+    return {"title": record.title, "description": record.description or record.title}
 
 
 def validate(path: str | Path) -> tuple[int, list[InvalidRow]]:
@@ -98,8 +105,8 @@ def run(
                 "model": encoder.name,
                 "dim": encoder.dim,
                 "dtype": store.DTYPE,
-                "key_text": "title\\ndescription",
-                "value_text": "title\\ndescription",
+                "key_fields": list(FIELDS),
+                "value_field": VALUE_FIELD,
                 "book_count": store.count_books(session=session),
                 "indexed_at": datetime.now(UTC).isoformat(),
                 "catalog": str(path),
@@ -129,23 +136,29 @@ def batched(rows: Iterator[CatalogRecord], n: int) -> Iterator[list[CatalogRecor
 
 
 def _index_batch(batch: list[CatalogRecord], *, engine: Engine, encoder: Encoder) -> int:
-    """Write one batch in one transaction, embedding only what changed; returns how many."""
-    texts = {r.id: book_text(r) for r in batch}
-    hashes = {r.id: store.content_hash(encoder.name, texts[r.id]) for r in batch}
+    """Write one batch in one transaction, embedding only what changed; returns how many books
+    needed at least one new vector."""
+    wanted: dict[tuple[str, str, str], tuple[str, str]] = {}  # (id, role, field) → (hash, text)
+    for r in batch:
+        texts = field_texts(r)
+        for f in FIELDS:
+            wanted[(r.id, "key", f)] = (store.content_hash(encoder.name, texts[f]), texts[f])
+        wanted[(r.id, "value", VALUE_FIELD)] = wanted[(r.id, "key", VALUE_FIELD)]
     with Session(engine) as session:
-        stored = store.vector_hashes(
-            session=session, book_ids=hashes, role="key", field=store.TEXT_FIELD
-        )
-    todo = [r for r in batch if stored.get(r.id) != hashes[r.id]]
-    # Embed before the transaction opens: a SQLite writer lock is then held for the writes only.
-    vectors = encoder.encode([texts[r.id] for r in todo]).numpy() if todo else None  # (n, d)
-    rows = [
-        store.VectorRow(r.id, role, store.TEXT_FIELD, hashes[r.id], vectors[i])
-        for i, r in enumerate(todo)
-        if vectors is not None
-        for role in ("key", "value")
-    ]
+        stored = store.vector_hashes(session=session, book_ids=[r.id for r in batch])
+    todo = {slot: ht for slot, ht in wanted.items() if stored.get(slot) != ht[0]}
+    # One encoder call for the distinct texts (a value is its key's text; a book without a
+    # description has one text for both keys), before the transaction opens: a SQLite writer
+    # lock is then held for the writes only.
+    unique = {h: t for h, t in todo.values()}
+    vectors: dict[str, np.ndarray] = {}
+    if unique:
+        encoded = encoder.encode(list(unique.values())).numpy()  # (n, d)
+        vectors = dict(zip(unique, encoded, strict=True))
+    rows = [store.VectorRow(i, role, f, h, vectors[h]) for (i, role, f), (h, _) in todo.items()]
+    ids = [r.id for r in batch]
     with Session(engine) as session, session.begin():
         store.upsert_books(session=session, records=batch)
+        store.delete_other_fields(session=session, book_ids=ids, fields=FIELDS)
         store.write_vectors(session=session, rows=rows, model=encoder.name)
-    return len(todo)
+    return len({book_id for book_id, _, _ in todo})

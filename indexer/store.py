@@ -1,7 +1,7 @@
 """Reads and writes of the index. Keyword-only `session=` functions that never commit.
 
 Vectors travel as little-endian float32 bytes; `load_index` returns them as one
-contiguous (N, d) array per role, in book-id order.
+contiguous (N, d) array per key field and one for the values, in book-id order.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from indexer.schema import Book, BookVector, IndexMetadata
 
 DTYPE = "float32"
 _NP_DTYPE = np.dtype("<f4")
-TEXT_FIELD = "text"  # the title and the description together
+KEY_FIELDS = ("title", "description")  # one key per field and book
+VALUE_FIELD = "description"  # the field whose vector is also the book's value
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,8 @@ class LoadedIndex:
     authors: list[list[str]]
     years: list[int | None]
     languages: list[str | None]
-    keys: np.ndarray  # (N, d) float32
-    values: np.ndarray  # (N, d) float32; the same array as keys when they are equal
+    keys: dict[str, np.ndarray]  # field → (N, d) float32
+    values: np.ndarray  # (N, d) float32; the value field's keys array itself when V = K
     model: str
 
     def __len__(self) -> int:
@@ -104,84 +105,94 @@ def write_vectors(*, session: Session, rows: Sequence[VectorRow], model: str) ->
     _upsert(session, BookVector.__table__, values, ["book_id", "role", "field"])  # type: ignore[arg-type]
 
 
-def vector_hashes(
-    *, session: Session, book_ids: Iterable[str], role: str, field: str
-) -> dict[str, str]:
-    """book id → content hash of its stored vector, for the ids that have one."""
-    stmt = select(BookVector.book_id, BookVector.content_hash).where(
-        BookVector.book_id.in_(list(book_ids)), BookVector.role == role, BookVector.field == field
-    )
-    return {book_id: h for book_id, h in session.execute(stmt)}
+def vector_hashes(*, session: Session, book_ids: Iterable[str]) -> dict[tuple[str, str, str], str]:
+    """(book id, role, field) → content hash of each stored vector of these books."""
+    stmt = select(
+        BookVector.book_id, BookVector.role, BookVector.field, BookVector.content_hash
+    ).where(BookVector.book_id.in_(list(book_ids)))
+    return {(book_id, role, f): h for book_id, role, f, h in session.execute(stmt)}
 
 
-def load_index(*, session: Session, model: str, field: str = TEXT_FIELD) -> LoadedIndex:
-    """Every book with a key and a value made by `model`, in id order."""
-    key, value = aliased(BookVector), aliased(BookVector)
-    stmt = (
-        select(
-            Book.id,
-            Book.title,
-            Book.authors,
-            Book.year,
-            Book.language,
-            key.dim,
-            key.data,
-            value.dim,
-            value.data,
+def delete_other_fields(
+    *, session: Session, book_ids: Sequence[str], fields: Sequence[str]
+) -> None:
+    """Drop these books' vectors of fields no longer indexed (the single "text" key of old)."""
+    session.execute(
+        delete(BookVector).where(
+            BookVector.book_id.in_(book_ids), BookVector.field.not_in(list(fields))
         )
-        .join(
-            key,
-            (key.book_id == Book.id)
-            & (key.role == "key")
-            & (key.field == field)
-            & (key.model == model),
-        )
-        .join(
-            value,
-            (value.book_id == Book.id)
-            & (value.role == "value")
-            & (value.field == field)
-            & (value.model == model),
-        )
-        .order_by(Book.id)
     )
+
+
+def load_index(
+    *,
+    session: Session,
+    model: str,
+    fields: Sequence[str] = KEY_FIELDS,
+    value_field: str = VALUE_FIELD,
+) -> LoadedIndex:
+    """Every book with a key for each of `fields` and a value made by `model`, in id order."""
+    keys_of = {f: aliased(BookVector) for f in fields}
+    value = aliased(BookVector)
+    stmt = select(
+        Book.id,
+        Book.title,
+        Book.authors,
+        Book.year,
+        Book.language,
+        value.data,
+        *(a.data for a in keys_of.values()),
+    )
+    for f, a in (*((f, a) for f, a in keys_of.items()), (value_field, value)):
+        role = "value" if a is value else "key"
+        stmt = stmt.join(
+            a, (a.book_id == Book.id) & (a.role == role) & (a.field == f) & (a.model == model)
+        )
+    stmt = stmt.order_by(Book.id)
     # Rows go straight into preallocated (N, d) arrays, so loading never holds the catalog's
     # vectors twice; the count is a hint (an indexer may commit between the two statements).
     capacity = session.scalar(select(func.count()).select_from(stmt.subquery())) or 0
     dims = set(
         session.scalars(
             select(BookVector.dim)
-            .where(BookVector.model == model, BookVector.field == field)
+            .where(BookVector.model == model, BookVector.field.in_([*fields, value_field]))
             .distinct()
         )
     )
     if len(dims) > 1:
         raise ValueError(f"vectors of model {model!r} have mixed dimensions {sorted(dims)}")
     d = dims.pop() if dims else 0
-    keys = np.empty((capacity, d), _NP_DTYPE)
+    keys = {f: np.empty((capacity, d), _NP_DTYPE) for f in fields}
+    shared = keys.get(value_field)  # the value field's keys, which V usually equals
     values: np.ndarray | None = None  # allocated at the first value that differs from its key
     ids: list[str] = []
     titles: list[str] = []
     authors: list[list[str]] = []
     years: list[int | None] = []
     languages: list[str | None] = []
+    n = capacity
     for i, row in enumerate(session.execute(stmt.execution_options(yield_per=10_000))):
-        if i == len(keys):  # more rows than counted
-            keys = _grow(keys)
+        if i == n:  # more rows than counted
+            keys = {f: _grow(a) for f, a in keys.items()}
+            shared = keys.get(value_field)
             values = None if values is None else _grow(values)
+            n = len(next(iter(keys.values())))
         ids.append(row[0])
         titles.append(row[1])
         authors.append(list(row[2] or []))
         years.append(row[3])
         languages.append(row[4])
-        keys[i] = from_bytes(row[6], row[5])
-        if values is None and row[8] != row[6]:
-            values = keys.copy()
+        for j, f in enumerate(fields):
+            keys[f][i] = from_bytes(row[6 + j], d)
+        if values is None and (shared is None or row[5] != row[6 + fields.index(value_field)]):
+            values = np.empty((n, d), _NP_DTYPE) if shared is None else shared.copy()
         if values is not None:
-            values[i] = from_bytes(row[8], row[7])
-    if len(ids) < len(keys):  # fewer rows than counted
-        keys = keys[: len(ids)].copy()
+            values[i] = from_bytes(row[5], d)
+    if len(ids) < n:  # fewer rows than counted
+        keys = {f: a[: len(ids)].copy() for f, a in keys.items()}
         values = None if values is None else values[: len(ids)].copy()
+    if values is None:  # every value equals its key (the indexer's V = K): half the memory
+        values = keys[value_field] if value_field in keys else np.empty((len(ids), d), _NP_DTYPE)
     return LoadedIndex(
         ids=ids,
         titles=titles,
@@ -189,8 +200,7 @@ def load_index(*, session: Session, model: str, field: str = TEXT_FIELD) -> Load
         years=years,
         languages=languages,
         keys=keys,
-        # one array when every value equals its key (the indexer's V = K): half the memory
-        values=keys if values is None else values,
+        values=values,
         model=model,
     )
 

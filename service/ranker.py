@@ -20,6 +20,7 @@ from models.device import pick_device
 logger = logging.getLogger(__name__)
 
 
+RANK_FIELD = "description"  # the field whose keys rank a search
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -80,12 +81,18 @@ class Ranker:
         self.years = index.years
         self.languages = index.languages
         dtype = key_dtype_for(self.device, key_dtype)
-        # Keys are stored (d, N) and used through their (N, d) transpose view: q Kᵀ then
-        # streams memory in order, 1.8x faster at B=1 on the CPU than row-major keys.
-        self.keys = torch.from_numpy(index.keys).to(self.device, dtype).T.contiguous().T  # (N, d)
-        self.values = (  # (N, d), shared with the keys when the index made them equal
-            self.keys
-            if index.values is index.keys
+        # Every field's keys sit on the device. They are stored (d, N) and used through their
+        # (N, d) transpose view: q Kᵀ then streams memory in order, 1.8x faster at B=1 on the
+        # CPU than row-major keys.
+        self.keys_by_field = {
+            f: torch.from_numpy(k).to(self.device, dtype).T.contiguous().T  # (N, d)
+            for f, k in index.keys.items()
+        }
+        self.keys = self.keys_by_field[RANK_FIELD]  # (N, d)
+        shared = [f for f, k in index.keys.items() if index.values is k]
+        self.values = (  # (N, d), shared with a field's keys when the index made them equal
+            self.keys_by_field[shared[0]]
+            if shared
             else torch.from_numpy(index.values).to(self.device, dtype)
         )
         self.chunk_size = chunk_size
@@ -97,8 +104,10 @@ class Ranker:
         self._author = ["\n".join(a).casefold() for a in index.authors]
         self._mask = lru_cache(maxsize=64)(self._build_mask)
         logger.info(
-            "loaded %d keys d=%d %s on %s in %.2f s",
+            "loaded %d books × %d keys (%s) d=%d %s on %s in %.2f s",
             len(self),
+            len(self.keys_by_field),
+            ", ".join(self.keys_by_field),
             self.dim,
             str(dtype).removeprefix("torch."),
             self.device,

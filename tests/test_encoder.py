@@ -14,7 +14,7 @@ import torch
 
 from indexer.catalog import read_catalog
 from indexer.data import DEMO_CATALOG
-from indexer.pipeline import book_text
+from indexer.pipeline import field_texts
 from models.encoder import SentenceTransformerEncoder, pick_backend
 from models.onnx_encoder import (
     FORMAT_VERSION,
@@ -52,8 +52,8 @@ QUERIES = [
 
 
 def demo_texts() -> list[str]:
-    """What the indexer embeds for each demo book: title, newline, description."""
-    return [book_text(record) for record in read_catalog(DEMO_CATALOG)]
+    """What the indexer embeds as each demo book's description key (and value)."""
+    return [field_texts(record)["description"] for record in read_catalog(DEMO_CATALOG)]
 
 
 TEXTS = demo_texts() + QUERIES

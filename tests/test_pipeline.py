@@ -55,27 +55,30 @@ def test_index_writes_books_vectors_and_metadata(
     with Session(engine) as session:
         index = store.load_index(session=session, model=fake_encoder.name)
         assert index.ids == sorted(b["id"] for b in BOOKS)
-        texts = [
-            pipeline.book_text(
-                CatalogRecord(
-                    id=b["id"],
-                    title=b["title"],  # type: ignore[arg-type]
-                    description=b.get("description"),
-                )
-            )  # type: ignore[arg-type]
+        records = [
+            CatalogRecord(id=b["id"], title=b["title"], description=b.get("description"))  # type: ignore[arg-type]
             for b in sorted(BOOKS, key=lambda b: str(b["id"]))
         ]
-        expected = FakeEncoder().encode(texts).numpy()
-        assert np.allclose(index.keys, expected) and np.allclose(index.values, expected)
+        for field in pipeline.FIELDS:
+            expected = FakeEncoder().encode([pipeline.field_texts(r)[field] for r in records])
+            assert np.allclose(index.keys[field], expected.numpy())
+        assert index.values is index.keys["description"]
         meta = store.get_metadata(session=session)
         assert meta["model"] == fake_encoder.name and meta["dim"] == 64 and meta["book_count"] == 5
         sicp = store.get_book(session=session, book_id="sicp")
         assert sicp is not None and sicp.extra == {"publisher": "MIT Press"}
 
 
-def test_book_text_is_title_then_description() -> None:
-    assert pipeline.book_text(CatalogRecord(id="a", title="T", description="D")) == "T\nD"
-    assert pipeline.book_text(CatalogRecord(id="a", title="T")) == "T"
+def test_field_texts_fall_back_to_the_title_without_a_description() -> None:
+    assert pipeline.FIELDS == ("title", "description")
+    assert pipeline.field_texts(CatalogRecord(id="a", title="T", description="D")) == {
+        "title": "T",
+        "description": "D",
+    }
+    assert pipeline.field_texts(CatalogRecord(id="a", title="T")) == {
+        "title": "T",
+        "description": "T",
+    }
 
 
 def test_rerun_embeds_only_what_changed(engine: Engine, tmp_path: Path) -> None:
@@ -141,7 +144,34 @@ def test_a_new_model_re_embeds_everything(engine: Engine, tmp_path: Path) -> Non
 
     other = OtherModel()
     report = _run(engine, path, other)
-    assert report.embedded == 5 and other.texts_encoded == 5
+    assert report.embedded == 5 and other.texts_encoded == 9  # hp: its title twice, once
     with Session(engine) as session:
         assert len(store.load_index(session=session, model="other-model")) == 5
         assert len(store.load_index(session=session, model=FakeEncoder.name)) == 0
+
+
+def test_reindexing_an_index_of_the_old_text_key_fills_in_the_fields(
+    engine: Engine, tmp_path: Path, fake_encoder: FakeEncoder
+) -> None:
+    """A database indexed before per-field keys (one "text" key and value per book) gets its
+    title and description keys on the next run, and loses the old rows."""
+    records = [CatalogRecord(id=str(b["id"]), title=str(b["title"])) for b in BOOKS]
+    old = np.ones((len(records), FakeEncoder.dim), np.float32)
+    with Session(engine) as session, session.begin():
+        store.upsert_books(session=session, records=records)
+        store.write_vectors(
+            session=session,
+            rows=[
+                store.VectorRow(r.id, role, "text", "old", old[i])
+                for i, r in enumerate(records)
+                for role in ("key", "value")
+            ],
+            model=fake_encoder.name,
+        )
+        assert len(store.load_index(session=session, model=fake_encoder.name)) == 0
+    report = _run(engine, write_jsonl(tmp_path / "c.jsonl", BOOKS), fake_encoder)
+    assert report.embedded == 5
+    with Session(engine) as session:
+        assert len(store.load_index(session=session, model=fake_encoder.name)) == 5
+        fields = {f for _, _, f in store.vector_hashes(session=session, book_ids=["dl", "hp"])}
+        assert fields == {"title", "description"}

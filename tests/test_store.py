@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session
 
 from indexer import store
@@ -33,13 +33,18 @@ def _write(
     keys: np.ndarray,
     values: np.ndarray,
     model: str = "m",
+    *,
+    titles: np.ndarray | None = None,
 ) -> None:
+    """Description keys `keys`, title keys `titles` (-keys when None), values `values`."""
+    titles = -keys if titles is None else titles
     rows = [
-        store.VectorRow(r.id, "key", store.TEXT_FIELD, f"h{r.id}", keys[i])
-        for i, r in enumerate(records)
-    ]
-    rows += [
-        store.VectorRow(r.id, "value", store.TEXT_FIELD, f"h{r.id}", values[i])
+        store.VectorRow(r.id, role, field, f"h{r.id}{role}{field}", vectors[i])
+        for role, field, vectors in (
+            ("key", "title", titles),
+            ("key", "description", keys),
+            ("value", "description", values),
+        )
         for i, r in enumerate(records)
     ]
     with Session(engine) as session, session.begin():
@@ -59,9 +64,12 @@ def test_vectors_round_trip_exactly(engine: Engine) -> None:
     with Session(engine) as session:
         index = store.load_index(session=session, model="m")
         assert index.ids == [r.id for r in records]  # id order, whatever the write order
-        assert np.array_equal(index.keys, keys)
+        assert set(index.keys) == {"title", "description"}
+        assert np.array_equal(index.keys["description"], keys)
+        assert np.array_equal(index.keys["title"], -keys)
         assert np.array_equal(index.values, values)
-        assert index.keys.dtype == np.float32 and index.keys.flags.c_contiguous
+        for k in index.keys.values():
+            assert k.dtype == np.float32 and k.flags.c_contiguous
         assert index.titles[3] == "Book 3"
         assert index.authors[3] == ["Author 3", "Co Author"]
         assert index.years[3] == 1993 and index.languages[3] == "eng"
@@ -82,8 +90,10 @@ def test_upsert_replaces_books_and_vectors(engine: Engine) -> None:
         index = store.load_index(session=session, model="m")
         assert len(index) == 3
         assert index.titles[1] == "Renamed" and index.years[1] is None and index.authors[1] == []
-        assert index.keys[1].tolist() == [2, 2, 2, 2] and index.values[1].tolist() == [3, 3, 3, 3]
-        assert index.keys[0].tolist() == [1, 1, 1, 1]
+        assert index.keys["description"][1].tolist() == [2, 2, 2, 2]
+        assert index.keys["title"][1].tolist() == [-2, -2, -2, -2]
+        assert index.values[1].tolist() == [3, 3, 3, 3]
+        assert index.keys["description"][0].tolist() == [1, 1, 1, 1]
 
 
 def test_load_index_only_takes_the_asked_model(engine: Engine) -> None:
@@ -93,19 +103,19 @@ def test_load_index_only_takes_the_asked_model(engine: Engine) -> None:
     with Session(engine) as session:
         assert store.load_index(session=session, model="a").ids == ["b001", "b002", "b003"]
         b = store.load_index(session=session, model="b")
-        assert b.ids == ["b000"] and b.keys.shape == (1, 8)
+        assert b.ids == ["b000"] and b.keys["title"].shape == (1, 8)
         empty = store.load_index(session=session, model="c")
-        assert len(empty) == 0 and empty.keys.shape == (0, 0)
+        assert len(empty) == 0 and empty.keys["description"].shape == (0, 0)
 
 
 def test_vector_hashes_and_delete_cascades(engine: Engine) -> None:
     records = _records(3)
     _write(engine, records, np.ones((3, 4), np.float32), np.ones((3, 4), np.float32))
     with Session(engine) as session, session.begin():
-        hashes = store.vector_hashes(
-            session=session, book_ids=["b000", "b002", "nope"], role="key", field=store.TEXT_FIELD
-        )
-        assert hashes == {"b000": "hb000", "b002": "hb002"}
+        hashes = store.vector_hashes(session=session, book_ids=["b000", "b002", "nope"])
+        assert hashes[("b000", "key", "title")] == "hb000keytitle"
+        assert hashes[("b002", "value", "description")] == "hb002valuedescription"
+        assert {book_id for book_id, _, _ in hashes} == {"b000", "b002"} and len(hashes) == 6
         assert store.delete_books(session=session, book_ids=["b000"]) == 1
     with Session(engine) as session:
         left = session.scalars(select(BookVector.book_id).distinct()).all()
@@ -143,9 +153,28 @@ def test_values_equal_to_keys_are_loaded_once(engine: Engine) -> None:
     _write(engine, records, vectors, vectors.copy())
     with Session(engine) as session:
         index = store.load_index(session=session, model="m")
-        assert index.values is index.keys and np.array_equal(index.keys, vectors)
+        assert index.values is index.keys["description"]
+        assert np.array_equal(index.keys["description"], vectors)
     _write(engine, records[:1], vectors[:1], vectors[:1] + 1)
     with Session(engine) as session:
         index = store.load_index(session=session, model="m")
         assert index.values is not index.keys
         assert np.array_equal(index.values[0], vectors[0] + 1)
+
+
+def test_a_book_missing_a_field_is_not_loaded_and_old_fields_are_dropped(engine: Engine) -> None:
+    records = _records(2)
+    vectors = np.ones((2, 4), np.float32)
+    _write(engine, records, vectors, vectors)
+    with Session(engine) as session, session.begin():
+        old = store.VectorRow("b000", "key", "text", "h", vectors[0])
+        store.write_vectors(session=session, rows=[old], model="m")
+        session.execute(
+            delete(BookVector).where(BookVector.book_id == "b001", BookVector.field == "title")
+        )
+    with Session(engine) as session, session.begin():
+        assert store.load_index(session=session, model="m").ids == ["b000"]
+        store.delete_other_fields(session=session, book_ids=["b000"], fields=store.KEY_FIELDS)
+    with Session(engine) as session:
+        hashes = store.vector_hashes(session=session, book_ids=["b000"])
+        assert ("b000", "key", "text") not in hashes and len(hashes) == 3
