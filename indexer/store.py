@@ -182,12 +182,14 @@ def load_index(
         authors.append(list(row[2] or []))
         years.append(row[3])
         languages.append(row[4])
-        for j, f in enumerate(fields):
-            keys[f][i] = from_bytes(row[6 + j], d)
-        if values is None and (shared is None or row[5] != row[6 + fields.index(value_field)]):
+        value_data: bytes = row[5]
+        key_data: dict[str, bytes] = dict(zip(fields, row[6:], strict=True))
+        for f, data in key_data.items():
+            keys[f][i] = from_bytes(data, d)
+        if values is None and (shared is None or value_data != key_data[value_field]):
             values = np.empty((n, d), _NP_DTYPE) if shared is None else shared.copy()
         if values is not None:
-            values[i] = from_bytes(row[5], d)
+            values[i] = from_bytes(value_data, d)
     if len(ids) < n:  # fewer rows than counted
         keys = {f: a[: len(ids)].copy() for f, a in keys.items()}
         values = None if values is None else values[: len(ids)].copy()
