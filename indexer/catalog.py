@@ -170,6 +170,11 @@ def _csv_records(path: Path, reader: Any) -> Iterator[tuple[int, dict[str, Any] 
         yield line, row
 
 
+def is_valid_id(book_id: str) -> bool:
+    """Whether a catalog row may have this id: 1 to MAX_ID_CHARS printable characters."""
+    return 0 < len(book_id) <= MAX_ID_CHARS and not _CONTROL.search(book_id)
+
+
 def _parse(raw: dict[str, Any], line: int) -> CatalogRecord:
     book_id = raw.get("id")
     if book_id is None:
@@ -179,7 +184,7 @@ def _parse(raw: dict[str, Any], line: int) -> CatalogRecord:
     book_id = book_id.strip()
     if not book_id:
         raise _RowError("'id' is empty")
-    if len(book_id) > MAX_ID_CHARS or _CONTROL.search(book_id):
+    if not is_valid_id(book_id):
         raise _RowError(f"'id' must be at most {MAX_ID_CHARS} printable characters")
     title = _text(raw, "title")
     if title is None:

@@ -17,7 +17,7 @@ from sqlalchemy import Table, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
-from indexer.catalog import CatalogRecord
+from indexer.catalog import CatalogRecord, is_valid_id
 from indexer.schema import Book, BookVector, IndexMetadata
 
 DTYPE = "float32"
@@ -214,6 +214,10 @@ def _grow(a: np.ndarray) -> np.ndarray:
 
 
 def get_book(*, session: Session, book_id: str) -> Book | None:
+    """The book, or None; also None, without a query, for an id no catalog row can have (too
+    long, or with control characters: PostgreSQL refuses a NUL in a parameter outright)."""
+    if not is_valid_id(book_id):
+        return None
     return session.get(Book, book_id)
 
 

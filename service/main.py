@@ -22,6 +22,7 @@ from indexer.settings import CommonSettings
 from models.device import pick_device
 from models.encoder import Encoder, SentenceTransformerEncoder, pick_backend
 from service.errors import install_error_handlers
+from service.guards import BodySizeLimit, Utf8Url
 from service.ranker import Ranker
 from service.routes import books, health, search
 from service.searcher import Searcher
@@ -113,6 +114,8 @@ def create_app(
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(Utf8Url)
     app.include_router(search.router)
     app.include_router(books.router)
     app.include_router(health.router)

@@ -37,4 +37,10 @@ class ServiceSettings(CommonSettings):
     query_cache_size: int = Field(
         4096, ge=1, description="Query embeddings kept (LRU): a repeated query skips the encoder."
     )
+    max_body_bytes: int = Field(
+        1_048_576,
+        ge=1,
+        description="Largest request body accepted; a larger one is refused with 413 before it "
+        "is read. 64 queries of 512 characters fit many times over.",
+    )
     log_level: str = Field("INFO", description="Python logging level.")

@@ -8,6 +8,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -81,8 +82,16 @@ def fake_encoder() -> FakeEncoder:
 @pytest.fixture(params=BACKENDS)
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty database: a SQLite file, or a fresh PostgreSQL database dropped afterwards."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'attend.db'}"
+    with new_database(request.param, tmp_path) as url:
+        yield url
+
+
+@contextmanager
+def new_database(backend: str, folder: Path) -> Iterator[str]:
+    """The URL of an empty database of `backend` ("sqlite" in `folder`, or "postgresql"),
+    dropped on exit; for fixtures of a wider scope than `database_url`."""
+    if backend == "sqlite":
+        yield f"sqlite:///{folder / 'attend.db'}"
         return
     assert PG_URL
     name = f"attend_test_{uuid.uuid4().hex[:12]}"
@@ -111,3 +120,28 @@ def write_jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
 
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def demo_database_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A database holding the demo catalog, indexed with the fake encoder, shared by the tests
+    of a module (which must leave it as they found it)."""
+    from indexer import pipeline
+    from indexer.data import DEMO_CATALOG
+    from indexer.settings import IndexSettings
+
+    with new_database(request.param, tmp_path_factory.mktemp("demo")) as url:
+        engine = db.create_db_engine(url)
+        try:
+            db.upgrade(engine)
+            pipeline.run(
+                IndexSettings(database_url=url),
+                engine=engine,
+                encoder=FakeEncoder(),
+                path=DEMO_CATALOG,
+            )
+        finally:
+            engine.dispose()
+        yield url

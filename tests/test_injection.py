@@ -1,0 +1,116 @@
+"""SQL goes only through bound parameters: injection-shaped queries, ids and filters are plain
+text to the API (SQLite and PostgreSQL). An injection would show as a dropped or emptied table, an
+id that matches a book it does not name, or a filter that matches everything."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, inspect, text
+
+from conftest import FakeEncoder, write_jsonl
+from indexer import pipeline
+from indexer.settings import IndexSettings
+from service.main import create_app
+from service.settings import ServiceSettings
+
+INJECTIONS = [
+    "'; DROP TABLE books; --",
+    "' OR '1'='1",
+    "' OR 1=1 --",
+    '" OR ""="',
+    "1; DELETE FROM book_vectors",
+    "x' UNION SELECT id, title FROM books --",
+    "%' OR title LIKE '%",
+    "\\'; SELECT pg_sleep(5); --",
+    "'); UPDATE books SET title = 'pwned'; --",
+    "’ OR ‘1’=‘1",
+]
+# A book whose id and title are themselves injection-shaped must round-trip unchanged.
+TRICKY = {
+    "id": "x'); DROP TABLE books; --",
+    "title": "Robert'); DROP TABLE students; -- and other tables",
+    "authors": ["O'Brien", "' OR '1'='1"],
+    "year": 2001,
+    "language": "en'--",
+}
+BOOKS = [
+    TRICKY,
+    {"id": "plain", "title": "A plain book", "authors": ["Ann Author"], "year": 1999},
+    {"id": "other", "title": "Another book", "authors": ["Bob Writer"], "year": 2010},
+]
+
+
+@pytest.fixture
+def client(engine: Engine, tmp_path: Path) -> Iterator[TestClient]:
+    url = engine.url.render_as_string(hide_password=False)
+    pipeline.run(
+        IndexSettings(database_url=url),
+        engine=engine,
+        encoder=FakeEncoder(),
+        path=write_jsonl(tmp_path / "books.jsonl", BOOKS),
+    )
+    settings = ServiceSettings(database_url=url, device="cpu")
+    with TestClient(create_app(settings, encoder=FakeEncoder())) as c:
+        yield c
+
+
+def _database_is_intact(engine: Engine) -> None:
+    assert {"books", "book_vectors"} <= set(inspect(engine).get_table_names())
+    with engine.connect() as conn:
+        assert conn.scalar(text("SELECT count(*) FROM books")) == len(BOOKS)
+        assert conn.scalar(text("SELECT count(*) FROM book_vectors")) > 0
+        titles = set(conn.scalars(text("SELECT title FROM books")))
+    assert titles == {b["title"] for b in BOOKS}
+
+
+def test_injection_shaped_queries_are_searched_as_text(client: TestClient, engine: Engine) -> None:
+    for q in INJECTIONS:
+        r = client.get("/search", params={"q": q, "k": 10})
+        assert r.status_code == 200, (q, r.text)
+        body = r.json()
+        assert body["query"] == q and body["matched"] == len(BOOKS)
+        assert len(body["results"]) == len(BOOKS)
+    r = client.post("/search", json={"queries": INJECTIONS, "k": 2})
+    assert [x["query"] for x in r.json()["responses"]] == INJECTIONS
+    _database_is_intact(engine)
+
+
+def test_injection_shaped_ids_match_no_book(client: TestClient, engine: Engine) -> None:
+    for book_id in INJECTIONS:
+        r = client.get(f"/books/{book_id}")
+        assert r.status_code == 404, (book_id, r.text)
+        assert r.json() == {"detail": f"no book with id {book_id!r}"}
+    _database_is_intact(engine)
+
+
+def test_injection_shaped_filters_match_only_what_they_say(
+    client: TestClient, engine: Engine
+) -> None:
+    for value in INJECTIONS:
+        for name in ("author", "language"):
+            r = client.get("/search", params={"q": "book", name: value})
+            assert r.status_code == 200, (name, value, r.text)
+            # only the tricky book has an author literally named "' OR '1'='1"
+            literal_match = (name, value) == ("author", "' OR '1'='1")
+            hits = {h["id"] for h in r.json()["results"]}
+            assert hits == ({TRICKY["id"]} if literal_match else set()), (name, value)
+    _database_is_intact(engine)
+
+
+def test_an_injection_shaped_book_round_trips(client: TestClient, engine: Engine) -> None:
+    r = client.get(f"/books/{TRICKY['id']}")
+    assert r.status_code == 200
+    book = r.json()
+    assert (book["id"], book["title"], book["authors"], book["language"]) == (
+        TRICKY["id"],
+        TRICKY["title"],
+        TRICKY["authors"],
+        TRICKY["language"],
+    )
+    by_author = client.get("/search", params={"q": "book", "author": "o'brien"}).json()
+    assert [h["id"] for h in by_author["results"]] == [TRICKY["id"]]
+    _database_is_intact(engine)
