@@ -15,6 +15,7 @@ from indexer.catalog import CatalogError
 from indexer.data import DEMO_CATALOG
 from indexer.settings import CommonSettings, IndexSettings
 from service.errors import IndexEmptyError
+from service.logs import configure_logging
 from service.main import build_encoder, build_searcher, create_app
 from service.schemas import SearchParams, SearchResponse
 from service.settings import ServiceSettings
@@ -59,6 +60,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = ServiceSettings(**overrides)
+    configure_logging(settings.log_level, json_lines=settings.log_json)
     engine = db.create_db_engine(settings.database_url)
     try:  # a clear message here beats a traceback from inside uvicorn's start-up
         db.ensure_schema(engine, create_if_new=False)
@@ -69,6 +71,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
+        log_config=None,  # uvicorn's loggers propagate to ours (configure_logging)
+        access_log=False,  # service.telemetry logs every request, without its query string
     )
     return 0
 

@@ -26,6 +26,10 @@ class IndexEmptyError(RuntimeError):
         super().__init__("the index holds no books yet: run `attend index CATALOG` first")
 
 
+class NotReadyError(RuntimeError):
+    """/readyz: the service cannot answer searches yet (or any more)."""
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors():
@@ -123,6 +127,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(IndexEmptyError)
     async def _empty(_: Request, exc: IndexEmptyError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(NotReadyError)
+    async def _not_ready(_: Request, exc: NotReadyError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503)
 
     @app.exception_handler(RequestValidationError)

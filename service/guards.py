@@ -43,25 +43,33 @@ class BodyTooLargeError(HTTPException):
 
 
 class BodySizeLimit:
-    """413 for a body over `max_bytes`, declared or streamed; 400 for a Content-Length that is
-    not a number."""
+    """413 for a body over `max_bytes` (or, under a path prefix of `prefix_limits`, that
+    prefix's limit), declared or streamed; 400 for a Content-Length that is not a number."""
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int):
+    def __init__(
+        self, app: ASGIApp, *, max_bytes: int, prefix_limits: dict[str, int] | None = None
+    ):
         self.app = app
         self.max_bytes = max_bytes
+        self.prefix_limits = prefix_limits or {}
+
+    def limit(self, path: str) -> int:
+        matches = [prefix for prefix in self.prefix_limits if path.startswith(prefix)]
+        return self.prefix_limits[max(matches, key=len)] if matches else self.max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.limit(scope["path"])
         declared = _header(scope, b"content-length")
         if declared is not None:
             if not declared.isdigit():
                 await send_error(send, 400, "the Content-Length header is not a number")
                 return
-            if int(declared) > self.max_bytes:
+            if int(declared) > limit:
                 logger.info("refused a body of %s bytes", declared)
-                await send_error(send, 413, BodyTooLargeError(self.max_bytes).detail)
+                await send_error(send, 413, BodyTooLargeError(limit).detail)
                 return
         received = 0
         started = False
@@ -71,8 +79,8 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise BodyTooLargeError(self.max_bytes)
+                if received > limit:
+                    raise BodyTooLargeError(limit)
             return message
 
         async def watched_send(message: Message) -> None:

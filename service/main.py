@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
@@ -23,10 +24,12 @@ from models.device import pick_device
 from models.encoder import Encoder, SentenceTransformerEncoder, pick_backend
 from service.errors import install_error_handlers
 from service.guards import BodySizeLimit, Utf8Url
+from service.metrics import Metrics
 from service.ranker import Ranker
 from service.routes import books, health, search
 from service.searcher import Searcher
 from service.settings import ServiceSettings
+from service.telemetry import RequestTelemetry
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +88,30 @@ def build_searcher(
     )
 
 
+def add_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics) -> None:
+    """Outermost first: telemetry (sees every request, refused ones too), CORS (only when
+    origins are configured), then the guards (service/guards.py)."""
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=settings.max_body_bytes,
+        prefix_limits={"/admin/": settings.max_upload_bytes},
+    )
+    app.add_middleware(Utf8Url)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    app.add_middleware(RequestTelemetry, metrics=metrics)
+
+
+def _catalog_size(app: FastAPI) -> int | None:
+    searcher: Searcher | None = getattr(app.state, "searcher", None)
+    return None if searcher is None else len(searcher.ranker)
+
+
 def create_app(
     settings: ServiceSettings | None = None, *, encoder: Encoder | None = None
 ) -> FastAPI:
@@ -97,9 +124,11 @@ def create_app(
         engine = create_db_engine(settings.database_url)
         try:
             ensure_schema(engine, create_if_new=False)
+            app.state.engine = engine
             searcher = build_searcher(settings, engine=engine, encoder=encoder)
+            searcher.on_batch = metrics.observe_batch
             searcher.start()
-            app.state.engine, app.state.searcher = engine, searcher
+            app.state.searcher = searcher
             try:
                 yield
             finally:
@@ -113,9 +142,13 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
     )
+    metrics = Metrics()
+    app.state.metrics = metrics
+    metrics.gauge(
+        "attend_catalog_books", "Books whose keys are loaded.", lambda: _catalog_size(app)
+    )
     install_error_handlers(app)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(Utf8Url)
+    add_middleware(app, settings, metrics)
     app.include_router(search.router)
     app.include_router(books.router)
     app.include_router(health.router)

@@ -127,3 +127,8 @@ class Health(BaseModel):
     catalog_size: int
     model: str
     device: str
+
+
+class Ready(BaseModel):
+    status: str = Field(description="`ready`.")
+    catalog_size: int = Field(description="Books whose keys are loaded.")

@@ -16,6 +16,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -82,6 +83,7 @@ class Searcher:
         self.max_batch = max_batch
         self.cache = QueryCache(cache_size)
         self.batch_sizes: deque[int] = deque(maxlen=1000)  # queries per attention call
+        self.on_batch: Callable[[int], None] | None = None  # told each batch's size (metrics)
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._worker: threading.Thread | None = None
 
@@ -148,6 +150,8 @@ class Searcher:
         k = max(job.options.offset + job.options.k for job in jobs)
         rankings = iter(self.ranker.rank(q, k=k, scale=self.scale, filters=filters))
         self.batch_sizes.append(len(texts))
+        if self.on_batch is not None:
+            self.on_batch(len(texts))
         return [
             [self._response(t, job.options, next(rankings)) for t in job.queries] for job in jobs
         ]

@@ -43,4 +43,18 @@ class ServiceSettings(CommonSettings):
         description="Largest request body accepted; a larger one is refused with 413 before it "
         "is read. 64 queries of 512 characters fit many times over.",
     )
+    max_upload_bytes: int = Field(
+        268_435_456,
+        ge=1,
+        description="Largest request body under /admin/ (catalog uploads, behind the admin "
+        "token); everywhere else ATTEND_MAX_BODY_BYTES applies.",
+    )
     log_level: str = Field("INFO", description="Python logging level.")
+    log_json: bool = Field(
+        False, description="`attend serve` logs one JSON object a line instead of plain text."
+    )
+    cors_origins: list[str] = Field(
+        default_factory=list,
+        description="Origins allowed to call the API from a browser, as a JSON list "
+        '(["https://a.example"], or ["*"]). Empty, the default: no CORS headers at all.',
+    )

@@ -137,3 +137,8 @@ def test_a_wrong_method_is_405_naming_every_allowed_one(client: TestClient) -> N
     r = client.delete("/search")
     assert _detail(r, 405) == "Method Not Allowed"
     assert r.headers["allow"] == "GET, POST"
+
+
+def test_admin_paths_have_their_own_larger_limit(client: TestClient) -> None:
+    r = client.post("/admin/no-such-endpoint", content=b"x" * (MAX_BODY + 1))
+    assert r.status_code == 404  # not 413: ATTEND_MAX_UPLOAD_BYTES applies under /admin/

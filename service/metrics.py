@@ -1,0 +1,89 @@
+"""Prometheus metrics of one app, served at /metrics in the text exposition format.
+
+- `attend_http_requests_total{method, route, status}` and
+  `attend_http_request_duration_seconds{method, route, status}` (a histogram), where `route` is
+  the route's template (`/books/{book_id}`), never the raw path, so ids cannot blow up the label
+  set; requests that match no route share `route="<unmatched>"`.
+- `attend_search_batch_size`: queries per encoder and attention call (a histogram), fed by the
+  searcher.
+- Gauges read when scraped, through callbacks registered with `Metrics.gauge`: the catalog size,
+  and whatever else the app knows (index generation, re-index progress). A callback that returns
+  None leaves its gauge out of that scrape.
+
+Each app has its own registry, so apps built side by side (the tests) never share counts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+logger = logging.getLogger(__name__)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+UNMATCHED = "<unmatched>"
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+
+GaugeReader = Callable[[], float | None]
+
+
+class _Gauges(Collector):
+    """Gauges whose values are read from the app at scrape time."""
+
+    def __init__(self) -> None:
+        self.readers: dict[str, tuple[str, GaugeReader]] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        for name, (documentation, read) in self.readers.items():
+            try:
+                value = read()
+            except Exception:  # a scrape never fails for one bad reading
+                logger.exception("reading gauge %s failed", name)
+                continue
+            if value is not None:
+                yield GaugeMetricFamily(name, documentation, value=float(value))
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["method", "route", "status"]
+        self.requests = Counter(
+            "attend_http_requests", "HTTP requests answered.", labels, registry=self.registry
+        )
+        self.latency = Histogram(
+            "attend_http_request_duration_seconds",
+            "Time from a request's arrival to the end of its response.",
+            labels,
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.batch_size = Histogram(
+            "attend_search_batch_size",
+            "Queries answered by one encoder and attention call (searches coalesced under load).",
+            buckets=_BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self._gauges = _Gauges()
+        self.registry.register(self._gauges)
+
+    def gauge(self, name: str, documentation: str, read: GaugeReader) -> None:
+        """Export `read()` as gauge `name` at every scrape (left out while it returns None)."""
+        self._gauges.readers[name] = (documentation, read)
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        labels = (method, route, str(status))
+        self.requests.labels(*labels).inc()
+        self.latency.labels(*labels).observe(seconds)
+
+    def observe_batch(self, size: int) -> None:
+        self.batch_size.observe(size)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

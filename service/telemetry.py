@@ -1,0 +1,67 @@
+"""Per-request telemetry: one log line and the request metrics for every HTTP request.
+
+A plain ASGI middleware, outermost, so it also sees requests the guards refuse and errors that
+become 500s. The line names the method, the path without its query string (search text is
+logged only at DEBUG, by the searcher), the route template, the status and the latency; no header
+is ever logged, so neither is an `Authorization: Bearer` admin token.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.metrics import UNMATCHED, Metrics
+
+logger = logging.getLogger(__name__)
+
+
+class RequestTelemetry:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        status = 500  # what the client gets if the app raises before answering
+
+        async def watched_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched_send)
+        finally:
+            seconds = time.perf_counter() - t0
+            route = route_template(scope)
+            self.metrics.observe_request(scope["method"], route, status, seconds)
+            logger.info(
+                "%s %s %d %.1f ms",
+                scope["method"],
+                scope["path"],
+                status,
+                seconds * 1000,
+                extra={
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "route": route,
+                    "status": status,
+                    "latency_ms": round(seconds * 1000, 3),
+                    "client": (scope.get("client") or ("", 0))[0],
+                },
+            )
+
+
+def route_template(scope: Scope) -> str:
+    """The template of the route that answered (`/books/{book_id}`), set in the scope by the
+    router; UNMATCHED when none did."""
+    route = scope.get("route")
+    template = getattr(route, "path_format", None) or getattr(route, "path", None)
+    return str(template) if template else UNMATCHED
