@@ -7,7 +7,9 @@ from typing import Any
 
 import yaml
 
+from indexer.settings import IndexSettings
 from service.cli import build_parser
+from service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,15 +19,39 @@ def _compose() -> dict[str, Any]:
     return data
 
 
+def _gpu_override() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.gpu.yml").read_text())
+    return data
+
+
 def test_services_are_chained_db_migrate_indexer_api() -> None:
     services = _compose()["services"]
     assert set(services) == {"db", "migrate", "indexer", "api"}
+    assert services["db"]["image"] == "postgres:16"
     assert services["migrate"]["depends_on"] == {"db": {"condition": "service_healthy"}}
-    done = {"migrate": {"condition": "service_completed_successfully"}}
-    assert services["indexer"]["depends_on"] == done and services["api"]["depends_on"] == done
+    done = {"condition": "service_completed_successfully"}
+    assert services["indexer"]["depends_on"] == {"migrate": done}
+    # the api waits for the indexer only when the "index" profile runs it
+    assert services["api"]["depends_on"] == {
+        "migrate": done,
+        "indexer": {**done, "required": False},
+    }
     assert "pg_isready" in " ".join(services["db"]["healthcheck"]["test"])
-    assert "/healthz" in " ".join(services["api"]["healthcheck"]["test"])
+    assert "http://127.0.0.1:8000/readyz" in " ".join(services["api"]["healthcheck"]["test"])
     assert services["indexer"]["profiles"] == ["index"]
+    assert services["migrate"]["restart"] == services["indexer"]["restart"] == "no"
+
+
+def test_environment_names_real_settings() -> None:
+    fields = set(IndexSettings.model_fields) | set(ServiceSettings.model_fields)
+    settings = {f"ATTEND_{name.upper()}" for name in fields}
+    compose = _compose()["services"]
+    gpu = _gpu_override()["services"]
+    for service in [compose["migrate"], compose["indexer"], compose["api"], *gpu.values()]:
+        env = service["environment"]
+        assert set(env) <= settings, set(env) - settings
+        values = {k.removeprefix("ATTEND_").lower(): v for k, v in env.items()}
+        ServiceSettings(**values)  # every value is valid for its setting
 
 
 def test_commands_are_real_cli_commands_on_the_same_database() -> None:
@@ -66,3 +92,15 @@ def test_dockerfile_copies_what_exists() -> None:
     for source in sources:
         assert (ROOT / source).exists(), source
     assert any(line.startswith("CMD") and "serve" in line for line in lines)
+
+
+def test_gpu_override_reserves_an_nvidia_gpu_for_the_torch_services() -> None:
+    base = _compose()["services"]
+    override = _gpu_override()["services"]
+    assert set(override) == {"api", "indexer"} and set(override) <= set(base)
+    for service in override.values():
+        (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+        assert service["environment"]["ATTEND_DEVICE"] == "cuda"
+    readme = (ROOT / "README.md").read_text()
+    assert "docker-compose.gpu.yml" in readme
