@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from models.encoder import DEFAULT_MODEL, DEFAULT_ONNX_CACHE_DIR
 
 EncoderBackend = Literal["auto", "torch", "onnx"]
+Engine = Literal["local", "ray"]
 
 
 class CommonSettings(BaseSettings):
@@ -40,6 +41,17 @@ class CommonSettings(BaseSettings):
         "10-20 s for all-MiniLM-L6-v2) and reuses it on later starts; a relative path is taken "
         "from the working folder. Delete it to force a new export; a changed model folder is "
         "exported again by itself.",
+    )
+
+    engine: Engine = Field(
+        "local",
+        description="local (this process) or ray (a Ray cluster; needs `pip install "
+        "'attend[ray]'`): `attend serve` as shards on Ray Serve.",
+    )
+    ray_address: str | None = Field(
+        None,
+        description="Address of an existing Ray cluster (e.g. ray://head:10001 or auto) for the "
+        "ray engine; unset starts a local Ray on this machine.",
     )
 
 

@@ -33,7 +33,7 @@ class Attention:
     indices: Tensor  # (B, k') int64 row numbers into keys, best first; k' = min(k, N)
     scores: Tensor  # (B, k') raw q·k
     weights: Tensor  # (B, k') softmax weight over all unmasked keys
-    logsumexp: Tensor  # (B,) log Σ exp(logits); −inf for a fully masked row
+    logsumexp: Tensor  # (B,) float64 log Σ exp(logits); −inf for a fully masked row
     matched: Tensor  # (B,) int64 number of unmasked keys
     output: Tensor | None  # (B, d_v) weights_all @ values, or None without values
 
@@ -110,7 +110,7 @@ def attend(
         indices=top_idx,
         scores=torch.where(found, scores, -math.inf),
         weights=torch.where(found, weights, 0.0).float(),
-        logsumexp=lse.float(),
+        logsumexp=lse,  # float64: shards' answers merge by it (models/sharded.py)
         matched=matched,
         output=output,
     )

@@ -58,7 +58,8 @@ def cmd_index(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    options = ("host", "port", "engine", "shards", "shard_replicas", "ray_address")
+    overrides = {k: getattr(args, k) for k in options if getattr(args, k, None) is not None}
     settings = ServiceSettings(**overrides)
     configure_logging(settings.log_level, json_lines=settings.log_json)
     engine = db.create_db_engine(settings.database_url)
@@ -66,6 +67,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         db.ensure_schema(engine, create_if_new=False)
     finally:
         engine.dispose()
+    if settings.engine == "ray":
+        return _serve_on_ray(settings)
+    if settings.shards > 1:
+        sys.stderr.write("attend serve: --shards needs --engine ray\n")
+        return 2
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -74,6 +80,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_config=None,  # uvicorn's loggers propagate to ours (configure_logging)
         access_log=False,  # service.telemetry logs every request, without its query string
     )
+    return 0
+
+
+def _serve_on_ray(settings: ServiceSettings) -> int:
+    try:
+        from service import ray_serve
+    except ImportError as e:
+        sys.stderr.write(f"attend serve: the ray engine needs pip install 'attend[ray]' ({e})\n")
+        return 2
+    ray_serve.serve_forever(settings)
     return 0
 
 
@@ -159,6 +175,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--host")
         p.add_argument("--port", type=int)
         p.set_defaults(func=func)
+    p = sub.choices["serve"]
+    p.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        help="local: this process (default); ray: shards on Ray Serve",
+    )
+    p.add_argument("--shards", type=int, help="ray engine: shards splitting the keys")
+    p.add_argument("--shard-replicas", type=int, help="ray engine: replicas of every shard")
+    p.add_argument("--ray-address", help="ray engine: an existing cluster (default: local Ray)")
 
     p = sub.add_parser("search", help="search the index and print the ranking")
     p.add_argument("query")

@@ -30,6 +30,10 @@ class NotReadyError(RuntimeError):
     """/readyz: the service cannot answer searches yet (or any more)."""
 
 
+class ShardsOutOfStepError(RuntimeError):
+    """A shard holds another version of the index than the router (a re-index in between)."""
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors():
@@ -131,6 +135,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(NotReadyError)
     async def _not_ready(_: Request, exc: NotReadyError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(ShardsOutOfStepError)
+    async def _out_of_step(_: Request, exc: ShardsOutOfStepError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503)
 
     @app.exception_handler(RequestValidationError)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Protocol
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -60,6 +61,13 @@ def load_ranker(settings: ServiceSettings, *, session: Session, model: str) -> R
     )
 
 
+class RankerLoader(Protocol):
+    """What builds the service's ranker from the index: `load_ranker`, or the sharded router's
+    (service/ray_serve.py)."""
+
+    def __call__(self, settings: ServiceSettings, *, session: Session, model: str) -> Ranker: ...
+
+
 def build_encoder(settings: CommonSettings) -> Encoder:
     device = pick_device(settings.device).type
     return SentenceTransformerEncoder(
@@ -72,12 +80,16 @@ def build_encoder(settings: CommonSettings) -> Encoder:
 
 
 def build_searcher(
-    settings: ServiceSettings, *, engine: Engine, encoder: Encoder | None = None
+    settings: ServiceSettings,
+    *,
+    engine: Engine,
+    encoder: Encoder | None = None,
+    ranker_loader: RankerLoader = load_ranker,
 ) -> Searcher:
     """The encoder (the configured model unless one is given) and the index, ready to search."""
     encoder = encoder or build_encoder(settings)
     with Session(engine) as session:
-        ranker = load_ranker(settings, session=session, model=encoder.name)
+        ranker = ranker_loader(settings, session=session, model=encoder.name)
     return Searcher(
         encoder,
         ranker,
@@ -113,10 +125,14 @@ def _catalog_size(app: FastAPI) -> int | None:
 
 
 def create_app(
-    settings: ServiceSettings | None = None, *, encoder: Encoder | None = None
+    settings: ServiceSettings | None = None,
+    *,
+    encoder: Encoder | None = None,
+    ranker_loader: RankerLoader = load_ranker,
 ) -> FastAPI:
     """The app for `settings` (read from the environment when None). `encoder` replaces the
-    configured model, for tests."""
+    configured model, for tests; `ranker_loader` the single-process ranker (the Ray Serve router
+    passes its sharded one)."""
     settings = settings or ServiceSettings()
 
     @asynccontextmanager
@@ -125,7 +141,9 @@ def create_app(
         try:
             ensure_schema(engine, create_if_new=False)
             app.state.engine = engine
-            searcher = build_searcher(settings, engine=engine, encoder=encoder)
+            searcher = build_searcher(
+                settings, engine=engine, encoder=encoder, ranker_loader=ranker_loader
+            )
             searcher.on_batch = metrics.observe_batch
             searcher.start()
             app.state.searcher = searcher

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from indexer.store import LoadedIndex
-from models.attention import attend
+from models.attention import Attention, attend
 from models.device import pick_device
 
 logger = logging.getLogger(__name__)
@@ -146,14 +146,7 @@ class Ranker:
         softmax(scale · q Kᵀ) over the books its filters keep."""
         if len(self) == 0:
             return [Ranking([], 0) for _ in range(q.shape[0])]
-        att = attend(
-            q.to(self.device),
-            self.keys,
-            k=k,
-            scale=scale,
-            mask=self._batch_mask(filters or [Filters()] * q.shape[0]),
-            chunk_size=self.chunk_size,
-        )
+        att = self.attend(q, k=k, scale=scale, filters=filters or [Filters()] * q.shape[0])
         rankings = []
         for idx, scores, weights, matched in zip(
             att.indices.tolist(),
@@ -165,6 +158,17 @@ class Ranker:
             hits = [Hit(i, s, w) for i, s, w in zip(idx, scores, weights, strict=True) if i >= 0]
             rankings.append(Ranking(hits, int(matched)))
         return rankings
+
+    def attend(self, q: Tensor, *, k: int, scale: float, filters: Sequence[Filters]) -> Attention:
+        """The attention core over this ranker's keys, each query row masked by its filters."""
+        return attend(
+            q.to(self.device),
+            self.keys,
+            k=k,
+            scale=scale,
+            mask=self._batch_mask(filters),
+            chunk_size=self.chunk_size,
+        )
 
     def _batch_mask(self, filters: Sequence[Filters]) -> Tensor | None:
         """None without filters, (N,) when every row shares them, else (B, N)."""

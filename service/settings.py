@@ -58,3 +58,13 @@ class ServiceSettings(CommonSettings):
         description="Origins allowed to call the API from a browser, as a JSON list "
         '(["https://a.example"], or ["*"]). Empty, the default: no CORS headers at all.',
     )
+    shards: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="With the ray engine: how many shards split the keys (one Ray Serve "
+        "deployment each; the answers are merged exactly).",
+    )
+    shard_replicas: int = Field(
+        1, ge=1, le=1024, description="With the ray engine: replicas of every shard, for load."
+    )

@@ -1,0 +1,141 @@
+"""Exact attention over keys split across shards: each shard attends over its own keys, the
+router merges the shards' answers into the one a single index gives.
+
+Shard s holds rows [offset_s, offset_s + N_s) of the catalog. For a query its answer is
+
+    lse_s   = log Σ_{j∈s} exp(ℓ_j)             over its unmasked keys (−inf when none)
+    w_s(j)  = exp(ℓ_j − lse_s)                 its top-k keys' shard-local weights
+    out_s   = Σ_{j∈s} w_s(j) · v_j             (B, d_v), when values are asked for
+
+and the merge is exact, not an approximation:
+
+    lse     = log Σ_s exp(lse_s)
+    w(j)    = w_s(j) · exp(lse_s − lse)        = exp(ℓ_j − lse), the single-index weight
+    out     = Σ_s exp(lse_s − lse) · out_s
+    top-k   = the best k of the shards' top-k  (a global winner is a winner in its shard)
+
+A fully masked shard has lse_s = −inf and contributes nothing. Log-sum-exps travel in float64:
+rounded to float32 (≈ 2e-6 at lse ≈ 30) they would cost the weights their 1e-6 agreement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+import torch
+from torch import Tensor
+
+from models.attention import Attention, attend
+
+
+@dataclass(frozen=True)
+class ShardAnswer:
+    """One shard's part of an attention call for B queries, in the catalog's global rows."""
+
+    indices: Tensor  # (B, k) int64 global rows (offset added), best first; −1 padding
+    scores: Tensor  # (B, k) raw q·k, −inf padding
+    weights: Tensor  # (B, k) float32 softmax weights over this shard's unmasked keys
+    logsumexp: Tensor  # (B,) float64 log Σ exp(logits) over this shard; −inf when fully masked
+    matched: Tensor  # (B,) int64 unmasked keys in this shard
+    output: Tensor | None  # (B, d_v) this shard's softmax-weighted values, or None
+
+    @classmethod
+    def of(cls, att: Attention, *, offset: int) -> ShardAnswer:
+        """A shard's `attend` result, its rows moved to the catalog's (offset added)."""
+        return cls(
+            indices=torch.where(att.indices >= 0, att.indices + offset, -1),
+            scores=att.scores,
+            weights=att.weights,
+            logsumexp=att.logsumexp.double(),
+            matched=att.matched,
+            output=att.output,
+        )
+
+    @classmethod
+    def empty(cls, queries: int) -> ShardAnswer:
+        """The answer of a shard without rows: nothing matched, log-sum-exp −inf."""
+        return cls(
+            indices=torch.empty(queries, 0, dtype=torch.long),
+            scores=torch.empty(queries, 0),
+            weights=torch.empty(queries, 0),
+            logsumexp=torch.full((queries,), -math.inf, dtype=torch.float64),
+            matched=torch.zeros(queries, dtype=torch.long),
+            output=None,
+        )
+
+    def to(self, device: torch.device | str) -> ShardAnswer:
+        """The same answer on another device (the router's), e.g. before `merge`."""
+        return ShardAnswer(
+            indices=self.indices.to(device),
+            scores=self.scores.to(device),
+            weights=self.weights.to(device),
+            logsumexp=self.logsumexp.to(device),
+            matched=self.matched.to(device),
+            output=None if self.output is None else self.output.to(device),
+        )
+
+
+def attend_shard(
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor | None = None,
+    *,
+    offset: int,
+    k: int,
+    scale: float,
+    mask: Tensor | None = None,
+    chunk_size: int | None = None,
+) -> ShardAnswer:
+    """`attend` over one shard's keys (its rows offset … offset + N − 1 of the catalog)."""
+    att = attend(q, keys, values, k=k, scale=scale, mask=mask, chunk_size=chunk_size)
+    return ShardAnswer.of(att, offset=offset)
+
+
+def merge(answers: Sequence[ShardAnswer], *, k: int) -> Attention:
+    """The shards' answers as one `Attention` over the whole catalog: global top-k, weights
+    renormalised by the global log-sum-exp, outputs combined."""
+    if not answers:
+        raise ValueError("need at least one shard's answer")
+    lse_s = torch.stack([a.logsumexp.double() for a in answers], dim=1)  # (B, S)
+    lse = torch.logsumexp(lse_s, dim=1)  # (B,) −inf when every shard is fully masked
+    # exp(lse_s − lse), 0 for a fully masked shard (and where everything is masked)
+    factor = torch.where(torch.isfinite(lse_s), torch.exp(lse_s - lse[:, None]), 0.0)  # (B, S)
+
+    indices = torch.cat([a.indices for a in answers], dim=1)  # (B, S·k)
+    scores = torch.cat([a.scores for a in answers], dim=1)
+    weights = torch.cat(
+        [a.weights.double() * factor[:, s, None] for s, a in enumerate(answers)], dim=1
+    )  # (B, S·k) global weights
+    # Best first by the weight as returned (float32); equal weights by lower row, the same for
+    # any number of shards (in float64 equal keys in different shards differ in the last bits).
+    # Padding sorts last (−inf), after real keys whose weight underflowed to 0.
+    key = torch.where(indices >= 0, weights.float(), -math.inf)
+    by_row = torch.argsort(indices, dim=1, stable=True)
+    by_weight = torch.argsort(key.gather(1, by_row), dim=1, descending=True, stable=True)
+    order = by_row.gather(1, by_weight)[:, : min(k, indices.shape[1])]  # (B, k)
+
+    outputs = [a.output for a in answers if a.output is not None]
+    output = None
+    if len(outputs) == len(answers):
+        output = torch.stack(
+            [factor[:, s, None].to(o.dtype) * o for s, o in enumerate(outputs)]
+        ).sum(0)  # (B, d_v)
+    return Attention(
+        indices=indices.gather(1, order),
+        scores=scores.gather(1, order),
+        weights=weights.gather(1, order).float(),
+        logsumexp=lse,
+        matched=torch.stack([a.matched for a in answers]).sum(0),
+        output=output,
+    )
+
+
+def split(n: int, shards: int) -> list[tuple[int, int]]:
+    """Rows [start, stop) of each of `shards` near-equal contiguous shards of n rows."""
+    if shards < 1:
+        raise ValueError(f"need at least one shard, got {shards}")
+    bounds = [n * s // shards for s in range(shards + 1)]
+    return list(pairwise(bounds))
