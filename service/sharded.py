@@ -40,7 +40,8 @@ class ShardClient(Protocol):
 
 def slice_index(index: LoadedIndex, start: int, stop: int) -> LoadedIndex:
     """Rows [start, stop) of a loaded index (views of its arrays, no copy)."""
-    keys = index.keys[start:stop]
+    keys = {f: k[start:stop] for f, k in index.keys.items()}
+    shared = [f for f, k in index.keys.items() if index.values is k]  # V = a field's keys
     return replace(
         index,
         ids=index.ids[start:stop],
@@ -49,7 +50,7 @@ def slice_index(index: LoadedIndex, start: int, stop: int) -> LoadedIndex:
         years=index.years[start:stop],
         languages=index.languages[start:stop],
         keys=keys,
-        values=keys if index.values is index.keys else index.values[start:stop],
+        values=keys[shared[0]] if shared else index.values[start:stop],
     )
 
 
@@ -114,7 +115,7 @@ class ShardedRanker(Ranker):
         self.years = index.years
         self.languages = index.languages
         self.shards = list(shards)
-        self._dim = int(index.keys.shape[1])
+        self._dim = int(index.values.shape[1])
         logger.info("router over %d books in %d shards", len(self.ids), len(self.shards))
 
     @property

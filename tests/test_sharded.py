@@ -15,7 +15,7 @@ from indexer.settings import IndexSettings
 from models.attention import Attention, attend
 from models.encoder import SentenceTransformerEncoder
 from models.sharded import ShardAnswer, attend_shard, merge, split
-from service.ranker import Filters, Ranker
+from service.ranker import RANK_FIELD, Filters, Ranker
 from service.sharded import LocalShard, Shard, ShardedRanker
 
 pytestmark = pytest.mark.model
@@ -81,7 +81,7 @@ def test_split_covers_every_row_once() -> None:
 def test_shards_give_the_single_index_answer(
     index: store.LoadedIndex, encoder: SentenceTransformerEncoder, masking: str
 ) -> None:
-    keys = torch.from_numpy(index.keys)  # (N, d)
+    keys = torch.from_numpy(index.keys[RANK_FIELD])  # (N, d)
     q = encoder.encode(QUERIES)  # (B, d)
     N = len(keys)
     years = torch.tensor([y or 0 for y in index.years])
@@ -100,7 +100,7 @@ def test_shards_give_the_single_index_answer(
 
 
 def test_everything_masked_merges_to_nothing(index: store.LoadedIndex) -> None:
-    keys = torch.from_numpy(index.keys)
+    keys = torch.from_numpy(index.keys[RANK_FIELD])
     q = keys[:2]
     mask = torch.zeros(len(keys), dtype=torch.bool)
     got = _sharded(q, keys, 3, mask, 5)
@@ -152,6 +152,6 @@ def test_a_shard_with_no_rows_answers_nothing(index: store.LoadedIndex) -> None:
     tiny = Shard(index, shard=0, shards=len(index) + 1, device="cpu")  # rows [0, 0)
     assert len(tiny.ranker) == 0
     answer: ShardAnswer = tiny.attend(
-        torch.from_numpy(index.keys[:2]), k=3, scale=SCALE, filters=[Filters()] * 2
+        torch.from_numpy(index.keys[RANK_FIELD][:2]), k=3, scale=SCALE, filters=[Filters()] * 2
     )
     assert answer.indices.shape == (2, 0) and torch.all(torch.isneginf(answer.logsumexp))
