@@ -26,7 +26,7 @@ def _gpu_override() -> dict[str, Any]:
 
 def test_services_are_chained_db_migrate_indexer_api() -> None:
     services = _compose()["services"]
-    assert set(services) == {"db", "migrate", "indexer", "api"}
+    assert set(services) == {"db", "migrate", "indexer", "api", "lb"}
     assert services["db"]["image"] == "postgres:16"
     assert services["migrate"]["depends_on"] == {"db": {"condition": "service_healthy"}}
     done = {"condition": "service_completed_successfully"}
@@ -71,8 +71,25 @@ def test_commands_are_real_cli_commands_on_the_same_database() -> None:
             f"postgresql+psycopg://{db['POSTGRES_USER']}:{db['POSTGRES_PASSWORD']}"
             f"@db:5432/{db['POSTGRES_DB']}"
         )
-    assert services["api"]["ports"] == ["8000:8000"]
     assert "--port" in services["api"]["command"] and "8000" in services["api"]["command"]
+
+
+def test_api_scales_behind_the_load_balancer() -> None:
+    """`docker compose up --scale api=3`: no fixed host port on api (replicas would clash);
+    lb publishes :8000 and proxies to every api replica by Docker's DNS, once they are healthy."""
+    services = _compose()["services"]
+    api, lb = services["api"], services["lb"]
+    assert "ports" not in api and "container_name" not in api
+    assert api["expose"] == ["8000"]
+    assert lb["ports"] == ["8000:8000"]
+    assert lb["depends_on"] == {"api": {"condition": "service_healthy"}}
+    host, container, mode = lb["volumes"][0].split(":")
+    assert container == "/etc/nginx/nginx.conf" and mode == "ro"
+    conf = (ROOT / host).read_text()
+    assert "listen 8000;" in conf
+    assert "resolver 127.0.0.11" in conf  # Docker's DNS: one address per replica
+    assert "set $api http://api:8000;" in conf and "proxy_pass $api;" in conf
+    assert "/readyz" in " ".join(lb["healthcheck"]["test"])
 
 
 def test_mounted_catalog_and_volumes_exist() -> None:
