@@ -1,0 +1,61 @@
+"""Settings: one pydantic-settings class per runnable, from ATTEND_* variables and a .env file in
+the working folder, the environment winning; bad values fail loudly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from indexer.settings import IndexSettings
+from service.settings import ServiceSettings
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    for name in ("ATTEND_MAX_BATCH", "ATTEND_CORS_ORIGINS", "ATTEND_LOG_JSON", "ATTEND_BATCH_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def test_dot_env_is_read_and_the_environment_wins(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (workdir / ".env").write_text(
+        "ATTEND_MAX_BATCH=7\n"
+        'ATTEND_CORS_ORIGINS=["https://books.example"]\n'
+        "ATTEND_LOG_JSON=true\n"
+        "ATTEND_BATCH_SIZE=32\n"
+        "UNRELATED=ignored\n"
+    )
+    settings = ServiceSettings()
+    assert settings.max_batch == 7 and settings.log_json is True
+    assert settings.cors_origins == ["https://books.example"]
+    assert IndexSettings().batch_size == 32  # each runnable reads its own settings
+    monkeypatch.setenv("ATTEND_MAX_BATCH", "9")
+    assert ServiceSettings().max_batch == 9
+
+
+def test_defaults_are_safe(workdir: Path) -> None:
+    settings = ServiceSettings()
+    assert settings.cors_origins == [] and settings.log_json is False
+    assert settings.host == "127.0.0.1" and settings.max_body_bytes == 1_048_576
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("ATTEND_MAX_BATCH", "0"),
+        ("ATTEND_MAX_BODY_BYTES", "lots"),
+        ("ATTEND_CORS_ORIGINS", "https://not-a-json-list.example"),
+        ("ATTEND_LOG_JSON", "perhaps"),
+    ],
+)
+def test_a_bad_value_fails_loudly(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises((ValidationError, ValueError)):
+        ServiceSettings()
