@@ -8,12 +8,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import Tensor
 
 from models.onnx_encoder import load_or_export, onnx_available
+from models.tokens import TokenEmbeddings, embed_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +98,8 @@ class SentenceTransformerEncoder:
             logger.warning("model %r is not a local folder; it must be in the local HF cache", name)
         t0 = time.perf_counter()
         self.name = name
+        self._path = path
+        self._model: Any = None  # the sentence-transformers model (torch), loaded when needed
         self.backend: Backend = backend
         self.batch_size = batch_size
         self._encode: Callable[[list[str]], Tensor]
@@ -115,6 +118,8 @@ class SentenceTransformerEncoder:
             self._encode = self._encode_torch
         # Fast tokenizers are not safe to call from two threads at once ("Already borrowed").
         self._lock = threading.Lock()
+        # token embeddings come from the PyTorch model: its own lock when that is a second model
+        self._token_lock = self._lock if backend == "torch" else threading.Lock()
         logger.info(
             "loaded encoder %s d=%d on %s in %.1f s",
             name,
@@ -139,7 +144,7 @@ class SentenceTransformerEncoder:
 
     def _encode_torch(self, texts: list[str]) -> Tensor:
         with torch.inference_mode():
-            vecs = self._model.encode(
+            vecs: Tensor = self._model.encode(
                 texts,
                 batch_size=self.batch_size,
                 convert_to_tensor=True,
@@ -154,3 +159,19 @@ class SentenceTransformerEncoder:
             return torch.empty(0, self.dim)
         with self._lock:
             return self._encode(texts)
+
+    def token_embeddings(self, texts: list[str]) -> list[TokenEmbeddings]:
+        """Each text's word pieces, their character spans and their (T, d) unit embeddings.
+
+        Always PyTorch: the ONNX export outputs only the pooled sentence embedding, so with the
+        onnx backend the PyTorch model is loaded (on the CPU) at the first call and kept.
+        """
+        with self._token_lock:
+            if self._model is None:
+                t0 = time.perf_counter()
+                self._load_torch(self._path, "cpu")
+                logger.info(
+                    "loaded the PyTorch model for token embeddings in %.1f s",
+                    time.perf_counter() - t0,
+                )
+            return embed_tokens(self._model, texts)

@@ -10,8 +10,10 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from service.metrics import Metrics
+from service.explainer import Explainer
 from service.ranker import Ranker
 from service.searcher import Searcher
+from service.settings import ServiceSettings
 
 
 def get_searcher(request: Request) -> Searcher:
@@ -40,6 +42,16 @@ def get_ranker(request: Request) -> Ranker:
     return get_searcher(request).ranker
 
 
+def get_explainer(request: Request) -> Explainer:
+    explainer: Explainer = request.app.state.explainer
+    return explainer
+
+
+def get_settings(request: Request) -> ServiceSettings:
+    settings: ServiceSettings = request.app.state.settings
+    return settings
+
+
 def get_session(request: Request) -> Iterator[Session]:
     engine: Engine = request.app.state.engine
     with Session(engine) as session:
@@ -52,3 +64,5 @@ SessionDep = Annotated[Session, Depends(get_session)]
 LoadedSearcherDep = Annotated[Searcher | None, Depends(get_loaded_searcher)]
 StartedEngineDep = Annotated[Engine | None, Depends(get_started_engine)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+ExplainerDep = Annotated[Explainer, Depends(get_explainer)]
+SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]

@@ -34,6 +34,11 @@ class ShardsOutOfStepError(RuntimeError):
     """A shard holds another version of the index than the router (a re-index in between)."""
 
 
+class ExplanationUnavailableError(RuntimeError):
+    def __init__(self) -> None:
+        super().__init__("this service's encoder gives no token embeddings to explain with")
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors():
@@ -131,6 +136,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(IndexEmptyError)
     async def _empty(_: Request, exc: IndexEmptyError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(ExplanationUnavailableError)
+    async def _no_explanations(_: Request, exc: ExplanationUnavailableError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503)
 
     @app.exception_handler(NotReadyError)

@@ -24,10 +24,11 @@ from indexer.settings import CommonSettings
 from models.device import pick_device
 from models.encoder import Encoder, SentenceTransformerEncoder, pick_backend
 from service.errors import install_error_handlers
+from service.explainer import Explainer
 from service.guards import BodySizeLimit, Utf8Url
 from service.metrics import Metrics
 from service.ranker import Ranker
-from service.routes import books, health, search
+from service.routes import books, explain, health, page, recommend, search
 from service.searcher import Searcher
 from service.settings import ServiceSettings
 from service.telemetry import RequestTelemetry
@@ -147,6 +148,8 @@ def create_app(
             searcher.on_batch = metrics.observe_batch
             searcher.start()
             app.state.searcher = searcher
+            app.state.settings = settings
+            app.state.explainer = Explainer(searcher.encoder, scale=settings.scale)
             try:
                 yield
             finally:
@@ -167,7 +170,11 @@ def create_app(
     )
     install_error_handlers(app)
     add_middleware(app, settings, metrics)
+    app.include_router(page.router)
     app.include_router(search.router)
+    # before books: /books/{id:path} would otherwise take /books/x/explain as the id "x/explain"
+    app.include_router(explain.router)
+    app.include_router(recommend.router)
     app.include_router(books.router)
     app.include_router(health.router)
     return app

@@ -17,6 +17,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from indexer import db
+from models.tokens import TokenEmbeddings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 PG_URL = os.environ.get("ATTEND_TEST_POSTGRES_URL")
@@ -55,10 +56,31 @@ class FakeEncoder:
         out = torch.zeros(len(texts), self.dim)
         for i, t in enumerate(texts):
             for word in re.findall(r"\w+", t.lower()):
-                h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
-                out[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
+                out[i] += self._word(word)
         out[:, 0] += 1e-3  # no zero vector for an empty text
         return torch.nn.functional.normalize(out, dim=-1)
+
+    def _word(self, word: str) -> torch.Tensor:
+        h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+        v = torch.zeros(self.dim)
+        v[h % self.dim] = 1.0 if (h >> 32) & 1 else -1.0
+        return v
+
+    def token_embeddings(self, texts: list[str]) -> list[TokenEmbeddings]:
+        """One piece per word, its hashed vector: a word attends to itself."""
+        out = []
+        for t in texts:
+            found = list(re.finditer(r"\w+", t))
+            vectors = torch.stack([self._word(m.group().lower()) for m in found]) if found else None
+            out.append(
+                TokenEmbeddings(
+                    pieces=[m.group().lower() for m in found],
+                    spans=[m.span() for m in found],
+                    words=list(range(len(found))),
+                    vectors=torch.empty(0, self.dim) if vectors is None else vectors,
+                )
+            )
+        return out
 
 
 @pytest.fixture(autouse=True, scope="session")

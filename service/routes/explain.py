@@ -1,0 +1,32 @@
+"""Why a book matched: word-level cross-attention between the query and the book."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from indexer import store
+from service.deps import ExplainerDep, SessionDep
+from service.errors import BookNotFoundError
+from service.schemas_books import ExplainParams, ExplainResponse
+
+router = APIRouter(tags=["books"])
+
+
+@router.get(
+    "/books/{book_id:path}/explain", responses={404: {"description": "No book with this id."}}
+)
+def explain_book(
+    book_id: str,
+    params: Annotated[ExplainParams, Query()],
+    session: SessionDep,
+    explainer: ExplainerDep,
+) -> ExplainResponse:
+    """Each query word's attention over the book's title and description words, with offsets."""
+    book = store.get_book(session=session, book_id=book_id)
+    if book is None:
+        raise BookNotFoundError(book_id)
+    return explainer.explain(
+        book_id=book.id, query=params.q, title=book.title, description=book.description
+    )

@@ -1,0 +1,138 @@
+"""Bodies of the per-book endpoints: explanations, similar books, recommendations."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.schemas import MAX_K, Query
+
+MAX_LIKED = 100
+BookId = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class ExplainParams(BaseModel):
+    """`GET /books/{id}/explain` query parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    q: Query
+
+
+class QueryWord(BaseModel):
+    text: str
+    start: int = Field(description="Character offset of the word in the query.")
+    end: int
+
+
+class BookWord(BaseModel):
+    field: Literal["title", "description"]
+    text: str
+    start: int = Field(description="Character offset of the word in `field`'s text.")
+    end: int
+
+
+class Attended(BaseModel):
+    word: int = Field(description="Index into `book_words`.")
+    weight: float = Field(description="Share of the query word's attention on this book word.")
+
+
+class QueryWordAttention(BaseModel):
+    query_word: int = Field(description="Index into `query_words`.")
+    top: list[Attended] = Field(description="The book words it attends to most, best first.")
+
+
+class Highlight(BaseModel):
+    field: Literal["title", "description"]
+    start: int = Field(description="Character offset into `field`'s text.")
+    end: int
+    text: str
+    weight: float = Field(description="The largest attention a query word gives this word.")
+    query_words: list[int] = Field(description="Indices of the query words that attend to it.")
+
+
+class ExplainResponse(BaseModel):
+    id: str
+    query: str
+    title: str
+    description: str | None
+    scale: float = Field(description="Softmax scale of the token cross-attention.")
+    query_words: list[QueryWord] = Field(description="The query's content words (rows).")
+    book_words: list[BookWord] = Field(
+        description="The title's, then the description's, content words (columns)."
+    )
+    weights: list[list[float]] = Field(
+        description="Word × word cross-attention: row i is query word i's attention over "
+        "`book_words` (each row sums to 1)."
+    )
+    attends: list[QueryWordAttention]
+    highlights: list[Highlight] = Field(
+        description="Book words to mark: each is among a query word's top words with at least "
+        "0.1 of its attention. Offsets index the title or the description."
+    )
+
+
+class SimilarParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    k: int = Field(10, ge=1, le=MAX_K, description="How many books.")
+
+
+class RecommendRequest(BaseModel):
+    """`POST /recommend`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    liked: list[BookId] = Field(
+        min_length=1, max_length=MAX_LIKED, description="Ids of liked books: each one a query."
+    )
+    disliked: list[BookId] = Field(
+        default_factory=list,
+        max_length=MAX_LIKED,
+        description="Ids of disliked books: candidates like them are pushed down.",
+    )
+    k: int = Field(10, ge=1, le=MAX_K, description="How many recommendations.")
+
+
+class BookHit(BaseModel):
+    rank: int
+    id: str
+    title: str
+    authors: list[str]
+    year: int | None
+    language: str | None
+    weight: float = Field(description="Attention weight; over every candidate they sum to 1.")
+
+
+class SimilarHit(BookHit):
+    score: float = Field(description="Cosine of this book's key with the given book's key.")
+
+
+class SimilarResponse(BaseModel):
+    id: str
+    title: str
+    scale: float
+    matched: int = Field(description="Candidates: the catalog less the book itself.")
+    results: list[SimilarHit]
+
+
+class Because(BaseModel):
+    id: str = Field(description="A liked book.")
+    title: str
+    share: float = Field(
+        description="Fraction of the result's weight that came from this liked book's "
+        "attention; a result's shares sum to 1."
+    )
+
+
+class RecommendHit(BookHit):
+    because: list[Because] = Field(description="Per liked book, largest share first.")
+
+
+class RecommendResponse(BaseModel):
+    liked: list[str]
+    disliked: list[str]
+    scale: float
+    matched: int = Field(description="Candidates: the catalog less the liked and disliked books.")
+    results: list[RecommendHit]

@@ -1,0 +1,137 @@
+"""GET /books/{id}/similar, POST /recommend and GET /books/{id}/explain over a real database
+(SQLite and PostgreSQL), with the fake encoder (a word's vector is its hash)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine
+
+from conftest import FakeEncoder, write_jsonl
+from indexer import pipeline
+from indexer.settings import IndexSettings
+from service.main import create_app
+from service.settings import ServiceSettings
+
+BOOKS = [
+    {"id": "dune", "title": "Dune", "description": "desert planet spice empire sandworms"},
+    {"id": "messiah", "title": "Dune Messiah", "description": "desert planet spice emperor"},
+    {"id": "found", "title": "Foundation", "description": "galactic empire psychohistory"},
+    {"id": "empire", "title": "Foundation and Empire", "description": "galactic empire mule"},
+    {"id": "hp", "title": "Harry Potter", "description": "wizard school magic"},
+    {"id": "hobbit", "title": "The Hobbit", "description": "wizard dragon treasure"},
+    {"id": "a/b", "title": "Slash", "description": "an id with a slash"},
+]
+
+
+@pytest.fixture
+def client(engine: Engine, tmp_path: Path) -> Iterator[TestClient]:
+    url = engine.url.render_as_string(hide_password=False)
+    pipeline.run(
+        IndexSettings(database_url=url),
+        engine=engine,
+        encoder=FakeEncoder(),
+        path=write_jsonl(tmp_path / "books.jsonl", BOOKS),
+    )
+    settings = ServiceSettings(database_url=url, device="cpu", chunk_size=3)
+    with TestClient(create_app(settings, encoder=FakeEncoder())) as c:
+        yield c
+
+
+def test_similar_excludes_the_book_itself(client: TestClient) -> None:
+    r = client.get("/books/dune/similar", params={"k": 10})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    ids = [h["id"] for h in body["results"]]
+    assert "dune" not in ids and len(ids) == len(BOOKS) - 1 == body["matched"]
+    assert ids[0] == "messiah"  # shares "dune", "desert", "planet", "spice"
+    assert math.isclose(sum(h["weight"] for h in body["results"]), 1.0, rel_tol=1e-5)
+    assert [h["rank"] for h in body["results"]] == list(range(1, len(ids) + 1))
+    assert client.get("/books/a/b/similar").status_code == 200  # ids with slashes
+
+
+def test_recommend_attributes_weight_to_liked_books(client: TestClient) -> None:
+    r = client.post("/recommend", json={"liked": ["dune", "found"], "k": 3})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    ids = [h["id"] for h in body["results"]]
+    assert {"dune", "found"}.isdisjoint(ids) and body["matched"] == len(BOOKS) - 2
+    assert set(ids[:2]) == {"messiah", "empire"}
+    for hit in body["results"]:
+        shares = {b["id"]: b["share"] for b in hit["because"]}
+        assert set(shares) == {"dune", "found"}
+        assert math.isclose(sum(shares.values()), 1.0, rel_tol=1e-9)
+    by_id = {h["id"]: h for h in body["results"]}
+    assert by_id["messiah"]["because"][0]["id"] == "dune"  # mostly from Dune
+    assert by_id["empire"]["because"][0]["id"] == "found"
+    assert by_id["messiah"]["because"][0]["share"] > 0.5
+
+
+def test_disliked_books_push_candidates_down_and_are_never_returned(client: TestClient) -> None:
+    base = client.post("/recommend", json={"liked": ["hobbit"], "k": 6}).json()["results"]
+    pushed = client.post(
+        "/recommend", json={"liked": ["hobbit"], "disliked": ["messiah"], "k": 6}
+    ).json()["results"]
+    weight = {h["id"]: h["weight"] for h in base}
+    after = {h["id"]: h["weight"] for h in pushed}
+    assert "messiah" not in after and "hobbit" not in after
+    assert after["dune"] < weight["dune"]  # like the disliked book: down
+    assert after["hp"] > weight["hp"]  # unlike it: up (the weights still sum to 1)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "detail"),
+    [
+        ({"liked": []}, 422, "liked"),
+        ({"liked": ["nope"]}, 404, "no book with id 'nope'"),
+        ({"liked": ["dune"], "disliked": ["gone"]}, 404, "no book with id 'gone'"),
+        ({"liked": ["dune"], "k": 0}, 422, "k"),
+        ({"liked": ["dune"], "extra": 1}, 422, "extra"),
+        ({"liked": [""]}, 422, "liked"),
+    ],
+)
+def test_recommend_errors(
+    client: TestClient, body: dict[str, object], status: int, detail: str
+) -> None:
+    r = client.post("/recommend", json=body)
+    assert r.status_code == status
+    assert detail in r.json()["detail"]
+
+
+def test_similar_and_explain_unknown_ids_are_404(client: TestClient) -> None:
+    for path in ("/books/nope/similar", "/books/nope/explain?q=x"):
+        r = client.get(path)
+        assert r.status_code == 404 and r.json() == {"detail": "no book with id 'nope'"}
+    assert client.get("/books/dune/similar?k=0").status_code == 422
+    assert client.get("/books/dune/explain").status_code == 422  # q is required
+    assert client.get("/books/dune/explain?q=%20").status_code == 422
+
+
+def test_explain_offsets_point_at_the_matched_words(client: TestClient) -> None:
+    r = client.get("/books/hobbit/explain", params={"q": "a dragon and a wizard"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [w["text"] for w in body["query_words"]] == ["dragon", "wizard"]  # stop words left out
+    fields = {"title": body["title"], "description": body["description"]}
+    for w in body["book_words"]:
+        assert fields[w["field"]][w["start"] : w["end"]] == w["text"]
+    marked = {(h["field"], fields[h["field"]][h["start"] : h["end"]]) for h in body["highlights"]}
+    assert {("description", "dragon"), ("description", "wizard")} <= marked
+    for row in body["weights"]:
+        assert math.isclose(sum(row), 1.0, rel_tol=1e-3)
+    top = body["attends"][0]["top"][0]
+    assert body["book_words"][top["word"]]["text"] == "dragon"
+
+
+def test_the_page_is_served(client: TestClient) -> None:
+    r = client.get("/")
+    assert r.status_code == 200 and "text/html" in r.headers["content-type"]
+    assert '<script src="/static/app.js">' in r.text
+    assert client.get("/static/app.js").headers["content-type"].startswith("text/javascript")
+    assert client.get("/static/style.css").status_code == 200
+    assert client.get("/static/nope.js").status_code == 404
+    assert client.get("/static/..%2Fmain.py").status_code == 404

@@ -1,0 +1,47 @@
+"""The lexical head's BM25 over the demo catalog: exact names rank right."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from indexer.catalog import read_catalog
+from indexer.data import DEMO_CATALOG
+from service.lexical import LexicalIndex, book_document
+
+
+@pytest.fixture(scope="module")
+def demo() -> tuple[list[str], list[str], LexicalIndex]:
+    books = list(read_catalog(DEMO_CATALOG))
+    index = LexicalIndex([book_document(b.title, b.authors, b.description) for b in books])
+    return [b.id for b in books], [b.title for b in books], index
+
+
+def _top(demo: tuple[list[str], list[str], LexicalIndex], query: str, n: int) -> list[str]:
+    ids, _, index = demo
+    scores = index.scores([query])[0]
+    return [ids[i] for i in np.argsort(-scores, kind="stable")[:n]]
+
+
+def test_exact_titles_and_authors_rank_first(
+    demo: tuple[list[str], list[str], LexicalIndex],
+) -> None:
+    assert _top(demo, "Harry Potter", 1) == ["harry-potter-philosophers-stone-rowling"]
+    assert set(_top(demo, "Tolkien", 2)) == {"fellowship-of-the-ring-tolkien", "the-hobbit-tolkien"}
+    pytorch_titles = {i for i, t in zip(demo[0], demo[1], strict=True) if "PyTorch" in t}
+    assert set(_top(demo, "pytorch", len(pytorch_titles))) == pytorch_titles
+    assert _top(demo, "Raschka", 1)[0].endswith("raschka")
+
+
+def test_scores_shape_and_unknown_words(demo: tuple[list[str], list[str], LexicalIndex]) -> None:
+    ids, _, index = demo
+    scores = index.scores(["Tolkien", "the of and", "xyzzyplugh"])
+    assert scores.shape == (3, len(ids)) and scores.dtype == np.float32
+    assert scores[0].max() > 0
+    assert not scores[1].any() and not scores[2].any()  # stop words, unknown words: no evidence
+    assert index.terms("The Wizards of Tolkien") == ["wizard", "tolkien"]
+
+
+def test_empty_catalog() -> None:
+    index = LexicalIndex([])
+    assert index.scores(["anything"]).shape == (1, 0)
