@@ -221,6 +221,13 @@ def get_book(*, session: Session, book_id: str) -> Book | None:
     return session.get(Book, book_id)
 
 
+def book_descriptions(*, session: Session, book_ids: Sequence[str]) -> list[str | None]:
+    """The descriptions of `book_ids`, in their order (None for a missing book): the lexical
+    head's BM25 index is built from these, the titles and the authors."""
+    found = {book_id: text for book_id, text in session.execute(select(Book.id, Book.description))}
+    return [found.get(book_id) for book_id in book_ids]
+
+
 def count_books(*, session: Session) -> int:
     return session.scalar(select(func.count()).select_from(Book)) or 0
 

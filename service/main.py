@@ -59,6 +59,7 @@ def load_ranker(settings: ServiceSettings, *, session: Session, model: str) -> R
         device=settings.device,
         key_dtype=settings.key_dtype,
         chunk_size=settings.chunk_size,
+        descriptions=store.book_descriptions(session=session, book_ids=index.ids),
     )
 
 
@@ -98,6 +99,8 @@ def build_searcher(
         window_ms=settings.batch_window_ms,
         max_batch=settings.max_batch,
         cache_size=settings.query_cache_size,
+        heads=settings.default_heads,
+        lexical_scale=settings.lexical_scale,
     )
 
 

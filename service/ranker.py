@@ -16,6 +16,7 @@ from torch import Tensor
 from indexer.store import LoadedIndex
 from models.attention import Attention, attend
 from models.device import pick_device
+from service.lexical import LexicalIndex, book_document
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +72,17 @@ class Ranker:
         device: str = "auto",
         key_dtype: str = "auto",
         chunk_size: int | None = None,
+        descriptions: Sequence[str | None] | None = None,
     ):
         t0 = time.perf_counter()
+        # The lexical head's BM25 over the same rows, built with the ranker so that it follows
+        # the index: title, authors and (row-aligned `descriptions`, when given) description.
+        self.lexical = LexicalIndex(
+            [
+                book_document(title, authors, descriptions[i] if descriptions else None)
+                for i, (title, authors) in enumerate(zip(index.titles, index.authors, strict=True))
+            ]
+        )
         self.device = pick_device(device)
         self.model = index.model
         self.ids = index.ids
@@ -171,11 +181,11 @@ class Ranker:
             self.keys,
             k=k,
             scale=scale,
-            mask=self._batch_mask(filters),
+            mask=self.batch_mask(filters),
             chunk_size=self.chunk_size,
         )
 
-    def _batch_mask(self, filters: Sequence[Filters]) -> Tensor | None:
+    def batch_mask(self, filters: Sequence[Filters]) -> Tensor | None:
         """None without filters, (N,) when every row shares them, else (B, N)."""
         masks = [self.mask(f) for f in filters]
         if all(m is None for m in masks):

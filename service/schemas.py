@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from service.heads import HEADS, MAX_HEADS_CHARS, parse_heads
 
 MAX_QUERY_CHARS = 512
 MAX_K = 100
@@ -55,6 +57,21 @@ class SearchOptions(BaseModel):
         max_length=64,
         description="Keep books in this language code (as in the catalog).",
     )
+    heads: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_HEADS_CHARS,
+        description=f"Head weights, e.g. `title:0.3,description:0.5,lexical:0.2` (heads: "
+        f"{', '.join(HEADS)}; weights ≥ 0, not all 0, normalised to sum 1; a head left out "
+        "gets 0). Default: the service's ATTEND_HEADS.",
+    )
+
+    @field_validator("heads")
+    @classmethod
+    def _valid_heads(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_heads(value)
+        return value
 
     @model_validator(mode="after")
     def _years_in_order(self) -> Self:
@@ -79,6 +96,20 @@ class SearchRequest(SearchOptions):
     queries: list[Query] = Field(min_length=1, max_length=MAX_BATCH_QUERIES)
 
 
+class HeadShare(BaseModel):
+    score: float = Field(
+        description="The head's raw score: q·k with the field's key (title, description), or "
+        "the BM25 score (lexical)."
+    )
+    probability: float = Field(description="p_h: the book's weight in this head's softmax alone.")
+    share: float = Field(description="π_h · p_h: this head's part of the book's weight.")
+
+
+class HeadInfo(BaseModel):
+    weight: float = Field(description="π_h, the head's mixture weight (the heads' sum to 1).")
+    scale: float = Field(description="The head's softmax scale: logits = scale · score.")
+
+
 class SearchHit(BaseModel):
     rank: int = Field(description="1-based position in the whole ranking (offset included).")
     id: str
@@ -87,20 +118,36 @@ class SearchHit(BaseModel):
     year: int | None
     language: str | None
     score: float = Field(
-        description="Raw dot product q·k of the query and the book's key "
+        description="Raw dot product q·k of the query and the book's description key "
         "(cosine similarity: both have unit length)."
     )
     weight: float = Field(
-        description="The book's attention weight softmax(scale·q·Kᵀ) over all `matched` books. "
-        "Weights of all matched books sum to 1; "
-        "weight_i / weight_j = exp(scale·(score_i − score_j))."
+        description="The book's attention weight: Σ_h π_h · p_h, the mixture of the heads' "
+        "softmax distributions over all `matched` books. Weights of all matched books sum to 1."
+    )
+    heads: dict[str, HeadShare] = Field(
+        description="Per head with a weight: its score, the book's weight in that head alone, "
+        "and its share of `weight` (the shares sum to `weight`)."
     )
 
 
 class SearchResponse(BaseModel):
     query: str
     model: str = Field(description="Encoder that embedded the query and the keys.")
-    scale: float = Field(description="Softmax scale (inverse temperature) applied to the scores.")
+    scale: float = Field(description="Softmax scale (inverse temperature) of the field heads.")
+    heads: dict[str, HeadInfo] = Field(
+        description="The heads mixed for this query, with their weights π and scales. A lexical "
+        "head asked for but with no query term in the catalog abstains: it is left out and the "
+        "others renormalised."
+    )
+    entropy: float = Field(
+        description="Entropy (nats) of the weight distribution over all `matched` books: "
+        "0 when one book takes all the weight, ln(matched) when it is uniform."
+    )
+    no_strong_match: bool = Field(
+        description="True when the top weight is under NO_STRONG_MATCH_RATIO times what a "
+        "uniform distribution would give (1/matched): nothing stands out."
+    )
     catalog_size: int = Field(description="Books in the index.")
     matched: int = Field(description="Books left by the filters: the softmax runs over these.")
     k: int

@@ -24,10 +24,15 @@ import torch
 
 from models.encoder import Encoder
 from service.errors import IndexEmptyError
-from service.ranker import Filters, Ranker, Ranking
-from service.schemas import SearchHit, SearchOptions, SearchResponse
+from service.heads import LEXICAL, parse_heads
+from service.mixer import MixedRanking, rank_heads
+from service.ranker import Filters, Ranker
+from service.schemas import HeadInfo, HeadShare, SearchHit, SearchOptions, SearchResponse
 
 logger = logging.getLogger(__name__)
+
+# "No strong match": the top weight is under this many times the uniform weight 1/matched.
+NO_STRONG_MATCH_RATIO = 50.0
 
 
 @dataclass
@@ -75,10 +80,14 @@ class Searcher:
         window_ms: float = 2.0,
         max_batch: int = 64,
         cache_size: int = 4096,
+        heads: dict[str, float] | None = None,
+        lexical_scale: float = 1.0,
     ):
         self.encoder = encoder
         self.ranker = ranker
         self.scale = scale
+        self.heads = heads or {"description": 1.0}
+        self.lexical_scale = lexical_scale
         self.window = window_ms / 1000
         self.max_batch = max_batch
         self.cache = QueryCache(cache_size)
@@ -147,8 +156,20 @@ class Searcher:
         logger.debug("batch of %d queries: %r", len(texts), texts)
         q = self.cache.encode(self.encoder, texts)  # (B, d)
         filters = [_filters(job.options) for job in jobs for _ in job.queries]
+        heads = [self._heads(job.options) for job in jobs for _ in job.queries]
         k = max(job.options.offset + job.options.k for job in jobs)
-        rankings = iter(self.ranker.rank(q, k=k, scale=self.scale, filters=filters))
+        rankings = iter(
+            rank_heads(
+                self.ranker,
+                q,
+                texts,
+                k=k,
+                heads=heads,
+                scale=self.scale,
+                lexical_scale=self.lexical_scale,
+                filters=filters,
+            )
+        )
         self.batch_sizes.append(len(texts))
         if self.on_batch is not None:
             self.on_batch(len(texts))
@@ -156,13 +177,23 @@ class Searcher:
             [self._response(t, job.options, next(rankings)) for t in job.queries] for job in jobs
         ]
 
-    def _response(self, text: str, options: SearchOptions, ranking: Ranking) -> SearchResponse:
+    def _heads(self, options: SearchOptions) -> dict[str, float]:
+        return parse_heads(options.heads) if options.heads else self.heads
+
+    def _response(self, text: str, options: SearchOptions, ranking: MixedRanking) -> SearchResponse:
         page = ranking.hits[options.offset : options.offset + options.k]
         ranker = self.ranker
+        top = ranking.hits[0].weight if ranking.hits else 0.0
         return SearchResponse(
             query=text,
             model=ranker.model,
             scale=self.scale,
+            heads={
+                h: HeadInfo(weight=w, scale=self.lexical_scale if h == LEXICAL else self.scale)
+                for h, w in ranking.head_weights.items()
+            },
+            entropy=ranking.entropy,
+            no_strong_match=top * ranking.matched < NO_STRONG_MATCH_RATIO,
             catalog_size=len(ranker),
             matched=ranking.matched,
             k=options.k,
@@ -177,6 +208,10 @@ class Searcher:
                     language=ranker.languages[hit.row],
                     score=hit.score,
                     weight=hit.weight,
+                    heads={
+                        h: HeadShare(score=p.score, probability=p.probability, share=p.share)
+                        for h, p in hit.heads.items()
+                    },
                 )
                 for i, hit in enumerate(page)
             ],

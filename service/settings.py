@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from indexer.settings import CommonSettings
+from service.heads import parse_heads
 
 
 class ServiceSettings(CommonSettings):
@@ -18,6 +19,18 @@ class ServiceSettings(CommonSettings):
         le=1000,
         description="Softmax scale (inverse temperature) for unit-length embeddings. 1/√d = 0.051 "
         "makes every weight ≈ 1/N; 20 is the temperature 0.05 the model was trained with.",
+    )
+    heads: str = Field(
+        "title:0.3,description:0.5,lexical:0.2",
+        description="Default head weights of a search (name:weight, normalised to sum 1): the "
+        "title and description keys' heads and the BM25 lexical head. Chosen on "
+        "benchmarks/relevance.py's labelled queries.",
+    )
+    lexical_scale: float = Field(
+        1.0,
+        gt=0,
+        le=100,
+        description="Softmax scale of the lexical head: logits = lexical_scale · BM25 score.",
     )
     key_dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
         "auto",
@@ -68,3 +81,13 @@ class ServiceSettings(CommonSettings):
     shard_replicas: int = Field(
         1, ge=1, le=1024, description="With the ray engine: replicas of every shard, for load."
     )
+
+    @field_validator("heads")
+    @classmethod
+    def _valid_heads(cls, value: str) -> str:
+        parse_heads(value)
+        return value
+
+    @property
+    def default_heads(self) -> dict[str, float]:
+        return parse_heads(self.heads)

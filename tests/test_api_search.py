@@ -88,7 +88,8 @@ def client(settings: ServiceSettings) -> Iterator[TestClient]:
 
 
 def test_search_ranks_with_weights(client: TestClient) -> None:
-    r = client.get("/search", params={"q": "generative models", "k": 7})
+    # the description head alone: weights are one softmax of the description scores
+    r = client.get("/search", params={"q": "generative models", "k": 7, "heads": "description:1"})
     assert r.status_code == 200
     body = r.json()
     assert body["query"] == "generative models" and body["scale"] == 20.0
@@ -264,3 +265,69 @@ def test_the_service_refuses_an_index_built_with_another_model(settings: Service
         TestClient(create_app(settings, encoder=OtherModel())),
     ):
         pass
+
+
+def test_heads_breakdown_sums_to_the_weight(client: TestClient) -> None:
+    r = client.get("/search", params={"q": "Harry Potter wizard", "k": 7})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert set(body["heads"]) == {"title", "description", "lexical"}  # the defaults
+    assert math.isclose(sum(h["weight"] for h in body["heads"].values()), 1.0, rel_tol=1e-9)
+    assert body["heads"]["lexical"]["scale"] == 1.0 and body["heads"]["title"]["scale"] == 20.0
+    assert body["results"][0]["id"] == "hp"
+    for hit in body["results"]:
+        shares = [h["share"] for h in hit["heads"].values()]
+        assert math.isclose(sum(shares), hit["weight"], rel_tol=1e-9)
+        for name, part in hit["heads"].items():
+            pi = body["heads"][name]["weight"]
+            assert math.isclose(part["share"], pi * part["probability"], rel_tol=1e-9)
+    assert math.isclose(sum(h["weight"] for h in body["results"]), 1.0, rel_tol=1e-5)  # k = N
+    weights = [h["weight"] for h in body["results"]]
+    entropy = -sum(w * math.log(w) for w in weights if w > 0)
+    assert math.isclose(body["entropy"], entropy, rel_tol=1e-4)
+
+
+def test_head_weights_are_normalised_and_lexical_abstains_without_evidence(
+    client: TestClient,
+) -> None:
+    body = client.get("/search", params={"q": "wizard", "heads": "title:1,lexical:3"}).json()
+    assert body["heads"] == {
+        "title": {"weight": 0.25, "scale": 20.0},
+        "lexical": {"weight": 0.75, "scale": 1.0},
+    }
+    # no query word is in the catalog: the lexical head has no evidence and abstains
+    body = client.get("/search", params={"q": "zzyzx", "heads": "title:1,lexical:3"}).json()
+    assert body["heads"] == {"title": {"weight": 1.0, "scale": 20.0}}
+    # asked for alone, it stays, and is uniform: nothing stands out
+    body = client.get("/search", params={"q": "zzyzx", "heads": "lexical:1", "k": 7}).json()
+    assert body["no_strong_match"] is True
+    assert math.isclose(body["entropy"], math.log(7), rel_tol=1e-6)
+    posted = client.post("/search", json={"queries": ["wizard"], "heads": "description:2"})
+    assert posted.json()["responses"][0]["heads"] == {"description": {"weight": 1.0, "scale": 20.0}}
+
+
+@pytest.mark.parametrize(
+    ("heads", "detail"),
+    [
+        ("title:0.5,nope:0.5", "unknown head 'nope'"),
+        ("title:-1,description:1", "≥ 0"),
+        ("title:0,lexical:0", "at least one head"),
+        ("title", "expected name:weight"),
+        ("title:abc", "not a number"),
+        ("title:nan", "finite"),
+        ("title:1,title:2", "twice"),
+        ("", "heads"),
+    ],
+)
+def test_bad_head_weights_are_422(client: TestClient, heads: str, detail: str) -> None:
+    r = client.get("/search", params={"q": "wizard", "heads": heads})
+    assert r.status_code == 422
+    assert detail in r.json()["detail"]
+    r = client.post("/search", json={"queries": ["wizard"], "heads": heads})
+    assert r.status_code == 422
+
+
+def test_lexical_head_finds_exact_author_names(client: TestClient) -> None:
+    body = client.get("/search", params={"q": "Petrov", "heads": "lexical:1", "k": 1}).json()
+    assert body["results"][0]["id"] == "dbi"
+    assert body["results"][0]["heads"]["lexical"]["score"] > 0

@@ -1,0 +1,125 @@
+"""A search as a mixture of attention heads over the ranker's catalog.
+
+For query q (its embedding) and text t, with head weights π (rows summing to 1):
+
+    p_title       = softmax(scale · q K_titleᵀ)
+    p_description = softmax(scale · q K_descriptionᵀ)
+    p_lexical     = softmax(lexical_scale · bm25(t))
+    weight        = Σ_h π_h p_h          a distribution over the books the filters keep
+
+Every head is exact over the whole catalog: `models.mixture.mixture_topk` runs `attend` per
+dense head (chunked, with the filters as the mask) and recovers any candidate's p_h from its
+score and the head's log-sum-exp, taking more candidates per head until the threshold bound
+proves the mixture's top-k (see that module). The entropy of `weight` is a second chunked pass.
+
+A query with no term in the catalog's BM25 vocabulary among the kept books gives the lexical head
+no evidence: it abstains (its π goes to 0 and the others are renormalised) rather than spreading
+π_lexical uniformly over the catalog. A head with π = 0 in every row of a batch is not run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from models.mixture import DenseHead, Head, ScoredHead, mixture_topk
+from service.heads import HEADS, LEXICAL
+from service.ranker import RANK_FIELD, Filters, Ranker
+
+
+@dataclass(frozen=True)
+class HeadPart:
+    score: float  # the head's raw score: q·k for a field head, the BM25 score for lexical
+    probability: float  # p_h(book): the book's weight in this head alone
+    share: float  # π_h p_h(book): this head's part of the book's weight
+
+
+@dataclass(frozen=True)
+class MixedHit:
+    row: int
+    score: float  # q·k with the description key (the value's key)
+    weight: float  # Σ_h π_h p_h
+    heads: dict[str, HeadPart]
+
+
+@dataclass(frozen=True)
+class MixedRanking:
+    hits: list[MixedHit]
+    matched: int
+    head_weights: dict[str, float]  # the π used (after an abstaining lexical head)
+    entropy: float  # nats, of `weight` over every matched book
+
+
+def rank_heads(
+    ranker: Ranker,
+    q: Tensor,
+    texts: Sequence[str],
+    *,
+    k: int,
+    heads: Sequence[dict[str, float]],
+    scale: float,
+    lexical_scale: float,
+    filters: Sequence[Filters] | None = None,
+) -> list[MixedRanking]:
+    """For each query (row of q (B, d), its text, its head weights and filters): the exact
+    top k of the heads' mixture, with every hit's per-head breakdown."""
+    B = q.shape[0]
+    if len(ranker) == 0:
+        return [MixedRanking([], 0, dict(h), 0.0) for h in heads]
+    mask = ranker.batch_mask(filters or [Filters()] * B)
+    names = [h for h in HEADS if any(w.get(h, 0) > 0 for w in heads)]
+    pi = torch.tensor([[w.get(h, 0.0) for h in names] for w in heads], dtype=torch.float64)
+    q = q.to(ranker.device)
+    modules: list[Head] = []
+    for j, name in enumerate(names):
+        if name == LEXICAL:
+            scores = torch.from_numpy(ranker.lexical.scores(list(texts)))  # (B, N)
+            modules.append(ScoredHead(scores, lexical_scale))
+            kept = scores if mask is None else scores * mask.cpu()
+            pi[:, j] *= (kept > 0).any(-1)  # abstain without evidence
+        else:
+            modules.append(DenseHead(q, ranker.keys_by_field[name], scale))
+    total = pi.sum(-1, keepdim=True)
+    pi = _restore_empty_rows(pi / total.clamp_min(1e-300), heads, names)
+    mix = mixture_topk(modules, pi, k=k, mask=mask, chunk_size=ranker.chunk_size, entropy=True)
+    desc = _description_scores(ranker, q, mix.indices)  # (B, k)
+    out = []
+    for b in range(B):
+        used = {h: float(pi[b, j]) for j, h in enumerate(names) if pi[b, j] > 0}
+        hits = []
+        for r, row in enumerate(mix.indices[b].tolist()):
+            if row < 0:
+                continue
+            parts = {
+                h: HeadPart(
+                    score=float(mix.scores[b, r, j]),
+                    probability=float(mix.probs[b, r, j]),
+                    share=float(mix.shares[b, r, j]),
+                )
+                for j, h in enumerate(names)
+                if h in used
+            }
+            hits.append(MixedHit(row, float(desc[b, r]), float(mix.weights[b, r]), parts))
+        assert mix.entropy is not None
+        out.append(MixedRanking(hits, int(mix.matched[b]), used, float(mix.entropy[b])))
+    return out
+
+
+def _restore_empty_rows(pi: Tensor, heads: Sequence[dict[str, float]], names: list[str]) -> Tensor:
+    """Rows left with no head (only an abstaining lexical head asked for) get their π back:
+    the lexical head is then uniform over the matched books, which is the honest answer."""
+    asked = torch.tensor([[w.get(h, 0.0) for h in names] for w in heads], dtype=torch.float64)
+    empty = pi.sum(-1, keepdim=True) <= 0
+    return torch.where(empty, asked, pi)
+
+
+def _description_scores(ranker: Ranker, q: Tensor, rows: Tensor) -> Tensor:
+    """q·k with each hit's description key (B, k); −inf for padding."""
+    keys = ranker.keys_by_field[RANK_FIELD]
+    k = keys[rows.clamp_min(0).to(keys.device)].float()  # (B, k, d)
+    s = torch.einsum("bd,bkd->bk", q.float(), k).cpu()
+    return torch.where(rows >= 0, s, -math.inf)
