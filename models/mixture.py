@@ -35,7 +35,8 @@ class DenseHead:
 
 @dataclass(frozen=True)
 class ScoredHead:
-    """Logits scale · scores, for scores computed for every book (e.g. BM25)."""
+    """Logits scale · scores, for scores computed for every book (e.g. BM25); a score of −inf
+    leaves the book out of this head (p = 0) without masking it from the others."""
 
     scores: Tensor  # (B, N) float
     scale: float
@@ -80,7 +81,7 @@ def mixture_topk(
     rounds = 0
     while True:
         rounds += 1
-        top, lse, matched = _run_heads(heads, k=kk, mask=mask, chunk_size=chunk_size)
+        top, lse = _run_heads(heads, k=kk, mask=mask, chunk_size=chunk_size)
         cand = _union(top)  # (B, C)
         scores, logp = _candidate_logp(heads, cand, lse, mask)  # (B, C, H) each
         probs = logp.exp()
@@ -96,6 +97,10 @@ def mixture_topk(
             break
         kk = min(N, 4 * kk)
     found = best_w > 0
+    if mask is None:
+        matched = torch.full((B,), N, dtype=torch.long)
+    else:
+        matched = mask.cpu().sum(-1).expand(B) if mask.dim() == 1 else mask.cpu().sum(-1)
     idx = torch.where(found, cand.gather(1, pos), -1)
     sel = pos[:, :, None].expand(-1, -1, H)
     p_sel = torch.where(found[:, :, None], probs.gather(1, sel), 0.0)
@@ -122,12 +127,11 @@ def _catalog_size(heads: list[Head]) -> int:
 
 def _run_heads(
     heads: list[Head], *, k: int, mask: Tensor | None, chunk_size: int | None
-) -> tuple[list[tuple[Tensor, Tensor]], Tensor, Tensor]:
-    """Per head (indices (B, k), weights (B, k)); lse (B, H) float64; matched (B,)."""
+) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
+    """Per head (indices (B, k), weights (B, k)); lse (B, H) float64."""
     B = _rows(heads[0])
     out: list[tuple[Tensor, Tensor] | None] = [None] * len(heads)
     lse = torch.empty(B, len(heads), dtype=torch.float64)
-    matched = torch.zeros(B, dtype=torch.long)
     # dense heads that share keys and scale: one attend call over their stacked queries
     groups: dict[tuple[int, float], list[int]] = {}
     for h, head in enumerate(heads):
@@ -143,7 +147,6 @@ def _run_heads(
             rows = slice(j * B, (j + 1) * B)
             out[h] = (att.indices[rows].cpu(), att.weights[rows].double().cpu())
             lse[:, h] = att.logsumexp[rows].double().cpu()
-            matched = att.matched[rows].cpu()
     for h, head in enumerate(heads):
         if isinstance(head, ScoredHead):
             logits = _scored_logits(head, mask)  # (B, N)
@@ -154,8 +157,7 @@ def _run_heads(
                 torch.where(ok, top_idx, -1),
                 torch.where(ok, (top_logits - lse[:, h : h + 1]).exp(), 0.0),
             )
-            matched = torch.isfinite(logits).sum(-1)
-    return [o for o in out if o is not None], lse, matched
+    return [o for o in out if o is not None], lse
 
 
 def _rows(head: Head) -> int:

@@ -1,4 +1,4 @@
-"""The attention heads a search mixes, and their weights: `title:0.3,description:0.5,lexical:0.2`.
+"""The attention heads a search mixes, and their weights: `title:0.3,description:0.4,lexical:0.3`.
 
 Each head is a softmax over the catalog: `title` and `description` over that field's keys
 (logits scale · q·K_fieldᵀ), `lexical` over BM25 scores (logits lexical_scale · bm25). A search's

@@ -4,7 +4,7 @@ For query q (its embedding) and text t, with head weights π (rows summing to 1)
 
     p_title       = softmax(scale · q K_titleᵀ)
     p_description = softmax(scale · q K_descriptionᵀ)
-    p_lexical     = softmax(lexical_scale · bm25(t))
+    p_lexical     = softmax(lexical_scale · bm25(t))   over the books with a query term
     weight        = Σ_h π_h p_h          a distribution over the books the filters keep
 
 Every head is exact over the whole catalog: `models.mixture.mixture_topk` runs `attend` per
@@ -78,9 +78,14 @@ def rank_heads(
     for j, name in enumerate(names):
         if name == LEXICAL:
             scores = torch.from_numpy(ranker.lexical.scores(list(texts)))  # (B, N)
-            modules.append(ScoredHead(scores, lexical_scale))
             kept = scores if mask is None else scores * mask.cpu()
-            pi[:, j] *= (kept > 0).any(-1)  # abstain without evidence
+            evidence = (kept > 0).any(-1)  # (B,)
+            pi[:, j] *= evidence  # abstain without evidence
+            # the softmax runs over the books with evidence (a query term): a book without any
+            # has BM25 0 by construction, not a likelihood, so it gets p_lexical = 0; a row with
+            # no evidence at all keeps every book (uniform) in case lexical is all it asked for
+            no_term = (scores <= 0) & evidence[:, None]
+            modules.append(ScoredHead(scores.masked_fill(no_term, -math.inf), lexical_scale))
         else:
             modules.append(DenseHead(q, ranker.keys_by_field[name], scale))
     total = pi.sum(-1, keepdim=True)
@@ -96,7 +101,9 @@ def rank_heads(
                 continue
             parts = {
                 h: HeadPart(
-                    score=float(mix.scores[b, r, j]),
+                    score=max(0.0, float(mix.scores[b, r, j]))
+                    if h == LEXICAL
+                    else float(mix.scores[b, r, j]),
                     probability=float(mix.probs[b, r, j]),
                     share=float(mix.shares[b, r, j]),
                 )

@@ -61,7 +61,7 @@ class SearchOptions(BaseModel):
         None,
         min_length=1,
         max_length=MAX_HEADS_CHARS,
-        description=f"Head weights, e.g. `title:0.3,description:0.5,lexical:0.2` (heads: "
+        description=f"Head weights, e.g. `title:0.3,description:0.4,lexical:0.3` (heads: "
         f"{', '.join(HEADS)}; weights ≥ 0, not all 0, normalised to sum 1; a head left out "
         "gets 0). Default: the service's ATTEND_HEADS.",
     )
@@ -144,9 +144,13 @@ class SearchResponse(BaseModel):
         description="Entropy (nats) of the weight distribution over all `matched` books: "
         "0 when one book takes all the weight, ln(matched) when it is uniform."
     )
+    match_strength: float = Field(
+        description="log(top weight · matched) / log(matched): 0 when the best book weighs no "
+        "more than under a uniform distribution (1/matched), 1 when it has all the weight."
+    )
     no_strong_match: bool = Field(
-        description="True when the top weight is under NO_STRONG_MATCH_RATIO times what a "
-        "uniform distribution would give (1/matched): nothing stands out."
+        description="match_strength < 0.55: the top weight is close to uniform on a log scale "
+        "(under matched^-0.45), nothing stands out."
     )
     catalog_size: int = Field(description="Books in the index.")
     matched: int = Field(description="Books left by the filters: the softmax runs over these.")

@@ -21,7 +21,7 @@ class ServiceSettings(CommonSettings):
         "makes every weight ≈ 1/N; 20 is the temperature 0.05 the model was trained with.",
     )
     heads: str = Field(
-        "title:0.3,description:0.5,lexical:0.2",
+        "title:0.3,description:0.4,lexical:0.3",
         description="Default head weights of a search (name:weight, normalised to sum 1): the "
         "title and description keys' heads and the BM25 lexical head. Chosen on "
         "benchmarks/relevance.py's labelled queries.",

@@ -56,10 +56,27 @@ def test_demo_catalog_to_search_with_weights(database_url: str, tmp_path: Path) 
         weights = [h["weight"] for h in body["results"]]
         assert weights == sorted(weights, reverse=True) and 0 < sum(weights) <= 1
         assert weights[0] > 5 / len(books)  # sharper than uniform: the scale does its job
-        first = body["results"][0]
-        for hit in body["results"][1:]:
+        # the description head alone is one softmax: weight ratios are exp(scale · Δscore)
+        alone = client.get("/search?q=generative%20AI&heads=description:1").json()["results"]
+        first = alone[0]
+        for hit in alone[1:]:
             expected = math.exp(body["scale"] * (hit["score"] - first["score"]))
             assert math.isclose(hit["weight"] / first["weight"], expected, rel_tol=1e-4)
+
+        # exact names rank right under the default heads (the lexical head among them)
+        tolkien = client.get("/search", params={"q": "Tolkien", "k": 2}).json()["results"]
+        assert {h["id"] for h in tolkien} == {
+            "the-hobbit-tolkien",
+            "fellowship-of-the-ring-tolkien",
+        }
+        assert all(h["heads"]["lexical"]["score"] > 0 for h in tolkien)
+        assert sum(h["weight"] for h in tolkien) > 0.9
+        pytorch = client.get("/search", params={"q": "PyTorch", "k": 3}).json()["results"]
+        assert all("PyTorch" in h["title"] for h in pytorch), [h["title"] for h in pytorch]
+        hp = client.get("/search", params={"q": "Harry Potter", "k": 1}).json()["results"]
+        assert hp[0]["id"] == "harry-potter-philosophers-stone-rowling"
+        nothing = client.get("/search", params={"q": "qwertyuiop asdfghjkl"}).json()
+        assert nothing["no_strong_match"] and not body["no_strong_match"]
 
         # a non-ML query does not put ML books on top, and a filter narrows the softmax
         kids = client.get("/search", params={"q": "a caterpillar who eats too much", "k": 1}).json()

@@ -1,0 +1,124 @@
+"""Labelled queries on the shared catalog (../shared/data/books.jsonl), written for Attend.
+
+Each query names what a reader would accept as an answer, as a rule over the catalog: books
+whose title matches `title` (a regular expression, case-insensitive) or one of whose authors
+contains `author`. Three kinds, a third each: an author's name, a title as a reader types it,
+and a description in the reader's own words (no title or author word in it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Labelled:
+    kind: str  # "author", "title" or "description"
+    query: str
+    title: str | None = None  # regex over titles
+    author: str | None = None  # substring of an author's name
+
+
+QUERIES = [
+    # a name, as typed
+    Labelled("author", "Stephen King", author="Stephen King"),
+    Labelled("author", "Agatha Christie", author="Agatha Christie"),
+    Labelled("author", "Tolkien", author="Tolkien"),
+    Labelled("author", "Terry Pratchett", author="Terry Pratchett"),
+    Labelled("author", "Neil Gaiman", author="Neil Gaiman"),
+    Labelled("author", "jane austen", author="Jane Austen"),
+    Labelled("author", "Vonnegut", author="Kurt Vonnegut"),
+    Labelled("author", "Philip K. Dick", author="Philip K. Dick"),
+    Labelled("author", "Roald Dahl", author="Roald Dahl"),
+    Labelled("author", "Stephen Hawking", author="Stephen Hawking"),
+    Labelled("author", "Orson Scott Card", author="Orson Scott Card"),
+    Labelled("author", "Clive Cussler", author="Clive Cussler"),
+    Labelled("author", "Gabriel Garcia Marquez", author="García Márquez"),
+    Labelled("author", "Plato", author="Plato"),
+    # a title, as typed (no subtitle, no series marker)
+    Labelled("title", "Pride and Prejudice", title=r"^pride and prejudice"),
+    Labelled("title", "Hamlet", title=r"^hamlet\b"),
+    Labelled("title", "The Fellowship of the Ring", title=r"fellowship of the ring"),
+    Labelled("title", "Harry Potter and the Goblet of Fire", title=r"goblet of fire"),
+    Labelled("title", "Middlemarch", title=r"^middlemarch"),
+    Labelled("title", "I, Claudius", title=r"^i\s+claudius"),
+    Labelled("title", "Throne of Jade", title=r"^throne of jade"),
+    Labelled("title", "Lord of Chaos", title=r"^lord of chaos"),
+    Labelled("title", "Cry, the Beloved Country", title=r"^cry\s+the beloved country"),
+    Labelled("title", "Absolute Power", title=r"^absolute power"),
+    Labelled("title", "The Lexus and the Olive Tree", title=r"lexus and the olive tree"),
+    Labelled("title", "Imajica", title=r"^imajica"),
+    Labelled("title", "Sahara", title=r"^sahara\b"),
+    Labelled("title", "A Brief History of Time", title=r"brief history of time"),
+    # a description in the reader's words
+    Labelled(
+        "description",
+        "an orphan boy learns he is a wizard and goes to a boarding school of magic",
+        title=r"harry potter",
+    ),
+    Labelled(
+        "description",
+        "small folk from the shire travel to destroy an evil lord's ring of power",
+        title=r"lord of the rings|fellowship of the ring|two towers|return of the king|hobbit",
+    ),
+    Labelled(
+        "description",
+        "a clumsy bounty hunter from Trenton who keeps blowing up her cars",
+        title=r"stephanie plum",
+    ),
+    Labelled(
+        "description",
+        "an adventurer from a marine agency raises sunken ships and foils villains",
+        title=r"dirk pitt|numa files",
+    ),
+    Labelled(
+        "description",
+        "a naval captain and his dragon fight in the wars against Napoleon",
+        title=r"temeraire",
+    ),
+    Labelled(
+        "description",
+        "a gifted child is trained at a military school in orbit to fight an alien invasion",
+        title=r"\bender\b|ender.s",
+    ),
+    Labelled(
+        "description",
+        "comic fantasy on a flat world carried on the backs of elephants and a giant turtle",
+        title=r"discworld",
+    ),
+    Labelled(
+        "description",
+        "a prince of Denmark feigns madness to avenge his murdered father",
+        title=r"hamlet",
+    ),
+    Labelled(
+        "description",
+        "black holes, the big bang and the nature of time explained for general readers",
+        title=r"brief history of time|briefer history of time|universe in a nutshell|black holes",
+    ),
+    Labelled(
+        "description",
+        "a Belgian detective with a moustache uses his little grey cells to solve a murder",
+        title=r"hercule poirot|poirot",
+    ),
+    Labelled(
+        "description",
+        "children step through a wardrobe into a land ruled by a lion",
+        title=r"narnia|lion  the witch|wardrobe",
+    ),
+    Labelled(
+        "description",
+        "a ruthless man hunts an enormous white whale across the oceans",
+        title=r"moby.dick",
+    ),
+]
+
+# Queries with nothing to find: what "no strong match" should flag.
+NONSENSE = [
+    "qwertyuiop asdfghjkl",
+    "zzxq vlorp",
+    "the of and",
+    "purple dishwasher trombone",
+    "xkcd 9000 lorem ipsum",
+    "asdf",
+]
