@@ -9,8 +9,8 @@ from fastapi import Depends, Request
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from service.metrics import Metrics
 from service.explainer import Explainer
+from service.metrics import Metrics
 from service.ranker import Ranker
 from service.searcher import Searcher
 from service.settings import ServiceSettings

@@ -15,7 +15,11 @@ router = APIRouter(tags=["books"])
 
 
 @router.get(
-    "/books/{book_id:path}/explain", responses={404: {"description": "No book with this id."}}
+    "/books/{book_id:path}/explain",
+    responses={
+        404: {"description": "No book with this id."},
+        503: {"description": "The encoder gives no token embeddings."},
+    },
 )
 def explain_book(
     book_id: str,

@@ -7,18 +7,28 @@ from importlib.resources import files
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import HTMLResponse, Response
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(tags=["page"])
 _STATIC = files("service") / "static"
 _TYPES = {".js": "text/javascript", ".css": "text/css"}
 
 
-@router.get("/")
+@router.get("/", response_class=HTMLResponse)
 def index() -> HTMLResponse:
     """Search, explanations, similar books and recommendations, over the REST API."""
     return HTMLResponse((_STATIC / "index.html").read_text(encoding="utf-8"))
 
 
-@router.get("/static/{name}")
+@router.get(
+    "/static/{name}",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The file.",
+            "content": {t: {"schema": {"type": "string"}} for t in _TYPES.values()},
+        },
+        404: {"description": "No such file."},
+    },
+)
 def static(name: str) -> Response:
     """The page's script and style sheet."""
     suffix = name[name.rfind(".") :] if "." in name else ""
