@@ -18,13 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from bm25s.stopwords import STOPWORDS_EN
+from bm25s.stopwords import STOPWORDS_EN_PLUS
 
 from models.tokens import TokenEmbeddings
 
 TOP_WORDS = 3  # book words listed per query word
 HIGHLIGHT_MIN_WEIGHT = 0.1
-_STOPWORDS = frozenset(STOPWORDS_EN)
+_STOPWORDS = frozenset(STOPWORDS_EN_PLUS)  # NLTK's English list: pronouns too
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ class MixedRanking:
     matched: int
     head_weights: dict[str, float]  # the π used (after an abstaining lexical head)
     entropy: float  # nats, of `weight` over every matched book
+    rounds: int  # candidate rounds the exact top-k needed (the batch's)
 
 
 def rank_heads(
@@ -69,7 +70,7 @@ def rank_heads(
     top k of the heads' mixture, with every hit's per-head breakdown."""
     B = q.shape[0]
     if len(ranker) == 0:
-        return [MixedRanking([], 0, dict(h), 0.0) for h in heads]
+        return [MixedRanking([], 0, dict(h), 0.0, 0) for h in heads]
     mask = ranker.batch_mask(filters or [Filters()] * B)
     names = [h for h in HEADS if any(w.get(h, 0) > 0 for w in heads)]
     pi = torch.tensor([[w.get(h, 0.0) for h in names] for w in heads], dtype=torch.float64)
@@ -112,7 +113,7 @@ def rank_heads(
             }
             hits.append(MixedHit(row, float(desc[b, r]), float(mix.weights[b, r]), parts))
         assert mix.entropy is not None
-        out.append(MixedRanking(hits, int(mix.matched[b]), used, float(mix.entropy[b])))
+        out.append(MixedRanking(hits, int(mix.matched[b]), used, float(mix.entropy[b]), mix.rounds))
     return out
 
 

@@ -81,7 +81,7 @@ def test_demo_catalog_to_search_with_weights(database_url: str, tmp_path: Path) 
         # a non-ML query does not put ML books on top, and a filter narrows the softmax
         kids = client.get("/search", params={"q": "a caterpillar who eats too much", "k": 1}).json()
         assert kids["results"][0]["id"] == "very-hungry-caterpillar-carle"
-        assert client.get(f"/books/{first['id']}").json()["title"] == top.title
+        assert client.get(f"/books/{body['results'][0]['id']}").json()["title"] == top.title
 
     # a second run finds every book up to date and embeds nothing
     again = _attend("index", str(DEMO_CATALOG), database_url=database_url, cwd=tmp_path)
