@@ -39,6 +39,16 @@ class ExplanationUnavailableError(RuntimeError):
         super().__init__("this service's encoder gives no token embeddings to explain with")
 
 
+class KeysElsewhereError(RuntimeError):
+    """Similar books and recommendations need the keys in this process (501)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "similar books and recommendations need the keys in this process; the sharded "
+            "engine (attend serve --engine ray) keeps them in its shards"
+        )
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors():
@@ -141,6 +151,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ExplanationUnavailableError)
     async def _no_explanations(_: Request, exc: ExplanationUnavailableError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(KeysElsewhereError)
+    async def _keys_elsewhere(_: Request, exc: KeysElsewhereError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=501)
 
     @app.exception_handler(NotReadyError)
     async def _not_ready(_: Request, exc: NotReadyError) -> JSONResponse:

@@ -51,7 +51,7 @@ class MixedRanking:
     hits: list[MixedHit]
     matched: int
     head_weights: dict[str, float]  # the π used (after an abstaining lexical head)
-    entropy: float  # nats, of `weight` over every matched book
+    entropy: float | None  # nats, of `weight` over every matched book (None: not computed)
     rounds: int  # candidate rounds the exact top-k needed (the batch's)
 
 

@@ -65,6 +65,10 @@ class Ranking:
 class Ranker:
     """Exact attention over the whole catalog, loaded once at start-up."""
 
+    # Whether this process holds the keys (and the BM25 index): the heads' mixture, similar books
+    # and recommendations need them; the sharded router (service/sharded.py) does not.
+    holds_keys = True
+
     def __init__(
         self,
         index: LoadedIndex,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from models.mixture import DenseHead, Head, mixture_topk
-from service.errors import BookNotFoundError
+from service.errors import BookNotFoundError, KeysElsewhereError
 from service.ranker import Ranker
 from service.schemas_books import (
     Because,
@@ -34,6 +34,8 @@ DISLIKE_STRENGTH = 0.5
 
 def rows_of(ranker: Ranker, ids: list[str]) -> list[int]:
     """Catalog rows of `ids`, in order, duplicates dropped; 404 on the first unknown id."""
+    if not ranker.holds_keys:
+        raise KeysElsewhereError()
     rows = []
     for book_id in dict.fromkeys(ids):
         row = ranker.row_of(book_id)

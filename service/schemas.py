@@ -140,9 +140,11 @@ class SearchResponse(BaseModel):
         "head asked for but with no query term in the catalog abstains: it is left out and the "
         "others renormalised."
     )
-    entropy: float = Field(
+    entropy: float | None = Field(
         description="Entropy (nats) of the weight distribution over all `matched` books: "
-        "0 when one book takes all the weight, ln(matched) when it is uniform."
+        "0 when one book takes all the weight, ln(matched) when it is uniform. Null from the "
+        "sharded engine (`attend serve --engine ray`), which ranks with the description head "
+        "alone and does not compute it."
     )
     match_strength: float = Field(
         description="log(top weight · matched) / log(matched): 0 when the best book weighs no "

@@ -105,6 +105,8 @@ class ShardedRanker(Ranker):
     """The router's ranker: the catalog's books (ids, titles, … for the responses) without their
     keys, which the shards hold. A search asks every shard at once and merges the answers."""
 
+    holds_keys = False  # searches rank with the description head alone (service/searcher.py)
+
     def __init__(self, index: LoadedIndex, shards: Sequence[ShardClient]):
         # No Ranker.__init__: nothing goes on a device here; the merge runs on the CPU.
         self.device = torch.device("cpu")

@@ -16,7 +16,10 @@ from service.schemas_books import (
 )
 
 router = APIRouter(tags=["recommendations"])
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "An id is not in the index."}}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"description": "An id is not in the index."},
+    501: {"description": "The sharded engine keeps the keys in its shards."},
+}
 
 
 @router.get("/books/{book_id:path}/similar", responses=_NOT_FOUND)

@@ -66,7 +66,7 @@ async function search(q) {
     const res = await api(`/search?q=${encodeURIComponent(q)}&k=10`);
     renderLegend(res);
     const flag = res.no_strong_match ? el("span", { class: "flag", text: " · no strong match" }) : "";
-    const entropy = res.entropy !== undefined ? ` · entropy ${res.entropy.toFixed(2)} nats` : "";
+    const entropy = res.entropy != null ? ` · entropy ${res.entropy.toFixed(2)} nats` : "";
     $("summary").replaceChildren(`${res.matched} books in the softmax${entropy}`, flag);
     const top = res.results.length ? res.results[0].weight : 1;
     $("results").replaceChildren(...res.results.map((hit) => resultItem(hit, top)));
