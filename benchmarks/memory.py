@@ -76,8 +76,9 @@ def build_synthetic(n: int, path: Path, d: int = 384, batch: int = 20_000) -> st
     """A SQLite index of n random unit vectors written through the store, like the indexer."""
     from sqlalchemy.orm import Session
 
-    from indexer import db, store
+    from indexer import batches, db, generations
     from indexer.catalog import CatalogRecord
+    from indexer.schema import Generation
 
     url = f"sqlite:///{path}"
     if path.exists():
@@ -85,6 +86,9 @@ def build_synthetic(n: int, path: Path, d: int = 384, batch: int = 20_000) -> st
     engine = db.create_db_engine(url)
     db.upgrade(engine)
     rng = np.random.default_rng(0)
+    with Session(engine) as session, session.begin():
+        generation, _ = generations.begin(session=session, model=store_model(), catalog=None)
+        g = generation.id
     for start in range(0, n, batch):
         ids = [f"s{i:08d}" for i in range(start, min(n, start + batch))]
         vecs = rng.standard_normal((len(ids), d), dtype=np.float32)
@@ -93,14 +97,15 @@ def build_synthetic(n: int, path: Path, d: int = 384, batch: int = 20_000) -> st
             CatalogRecord(id=i, title=f"Synthetic {i}", year=1900 + j % 120)
             for j, i in enumerate(ids)
         ]
-        rows = [
-            store.VectorRow(i, role, field, "synthetic", vecs[j])
-            for j, i in enumerate(ids)
-            for role, field in (("key", "title"), ("key", "description"), ("value", "description"))
-        ]
         with Session(engine) as session, session.begin():
-            store.upsert_books(session=session, records=records)
-            store.write_vectors(session=session, rows=rows, model=store_model())
+            plan = batches.plan_batch(
+                session=session, records=records, model=store_model(), generation=g
+            )
+            # one text per book (no description: the title is both keys and the value)
+            vectors = dict(zip(plan.to_embed, vecs, strict=True))
+            batches.write_batch(session=session, plan=plan, vectors=vectors)
+    with Session(engine) as session, session.begin():
+        generations.finish(session=session, generation=session.get_one(Generation, g))
     engine.dispose()
     return url
 

@@ -1,19 +1,20 @@
-"""The indexing job: catalog file → validated records → embeddings → one transaction per batch.
+"""The indexing job: catalog file → validated records → a new generation, batch by batch.
 
-Each book has one key per field of `FIELDS`, the embedding of that field's text
-(`field_texts`): its title, and its description (the title again for a book without one, so
-every book has both keys). Its value is the description's key (V = K): the attention output
-`weights @ V` is then the catalog's answer to the query in the query's own space, the
-retrieval step of a modern Hopfield network with inverse temperature `scale`. The value is
-stored as its own row so it can be given its own text later.
+A run is a snapshot: the catalog becomes the next generation, books absent from it are removed
+(unless `keep_missing`), and the switch to it is one transaction at the end, so a service keeps
+answering from the previous generation until then. Per batch, `batches.plan_batch` finds what
+changed, the encoder embeds only texts with no stored vector, and `batches.write_batch` commits
+the batch. A run killed midway leaves its generation building; the next run resumes it and
+embeds nothing that was committed.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
@@ -22,11 +23,15 @@ import numpy as np
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from indexer import store
+from indexer import batches, generations, store
+from indexer.batches import FIELDS, VALUE_FIELD, field_texts
 from indexer.catalog import CatalogError, CatalogRecord, InvalidRow, scan_catalog
 from indexer.db import ensure_schema
+from indexer.schema import Generation
 from indexer.settings import IndexSettings
 from models.encoder import Encoder
+
+__all__ = ["FIELDS", "VALUE_FIELD", "IndexReport", "Progress", "field_texts", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,9 +40,15 @@ logger = logging.getLogger(__name__)
 class IndexReport:
     path: str
     books: int = 0  # valid rows in the catalog
-    embedded: int = 0  # books whose vectors were (re)computed
-    unchanged: int = 0  # books whose stored vectors were already up to date
+    added: int = 0
+    updated: int = 0  # changed books (text or metadata): a new row each
+    unchanged: int = 0
+    removed: int = 0  # books of the previous generation absent from the catalog
     rejected: list[InvalidRow] = field(default_factory=list)
+    embedded: int = 0  # texts embedded by this run (others reused a stored vector)
+    generation: int | None = None  # the active generation after the run
+    activated: bool = False  # False: nothing changed, the active generation stayed
+    resumed: bool = False  # continued a generation an interrupted run left building
     seconds: float = 0.0
 
     @property
@@ -45,14 +56,53 @@ class IndexReport:
         return self.books / self.seconds if self.seconds > 0 else 0.0
 
 
-FIELDS = store.KEY_FIELDS  # ("title", "description"): one key per field
-VALUE_FIELD = store.VALUE_FIELD  # the value is the description's key
+@dataclass(frozen=True)
+class ProgressSnapshot:
+    """Where a run stands. `state`: idle, validating, indexing, finishing, done or failed."""
+
+    state: str = "idle"
+    total: int = 0  # valid books in the catalog
+    done: int = 0  # books processed (written or found unchanged)
+    embedded: int = 0  # texts embedded so far
+    generation: int | None = None  # the generation being built
+    started: float = 0.0  # time.monotonic() at the start
+    finished: float | None = None
+
+    @property
+    def elapsed_s(self) -> float:
+        if not self.started:
+            return 0.0
+        return (self.finished or time.monotonic()) - self.started
+
+    @property
+    def books_per_second(self) -> float:
+        return self.done / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        rate = self.books_per_second
+        return (self.total - self.done) / rate if rate > 0 and self.state == "indexing" else None
 
 
-def field_texts(record: CatalogRecord) -> dict[str, str]:
-    """field → the text embedded as the book's key for it. A book without a description
-    gets its title as its description key, so every book has a key for every field."""
-    return {"title": record.title, "description": record.description or record.title}
+class Progress:
+    """A run's progress, written by the run and read from any thread (`snapshot()`); each
+    change is also handed to `listener` (a progress bar)."""
+
+    def __init__(self, listener: Callable[[ProgressSnapshot], None] | None = None):
+        self._lock = threading.Lock()
+        self._now = ProgressSnapshot()
+        self.listener = listener
+
+    def snapshot(self) -> ProgressSnapshot:
+        with self._lock:
+            return self._now
+
+    def update(self, **changes: object) -> None:
+        with self._lock:
+            self._now = replace(self._now, **changes)  # type: ignore[arg-type]
+            now = self._now
+        if self.listener is not None:
+            self.listener(now)
 
 
 def validate(path: str | Path) -> tuple[int, list[InvalidRow]]:
@@ -66,6 +116,14 @@ def validate(path: str | Path) -> tuple[int, list[InvalidRow]]:
     return good, bad
 
 
+def embed(texts: dict[str, str], encoder: Encoder) -> dict[str, np.ndarray]:
+    """content hash → vector (d,) for each text, in one encoder call."""
+    if not texts:
+        return {}
+    vectors = encoder.encode(list(texts.values())).numpy()  # (n, d)
+    return dict(zip(texts, vectors, strict=True))
+
+
 def run(
     settings: IndexSettings,
     *,
@@ -73,32 +131,97 @@ def run(
     encoder: Encoder,
     path: str | Path,
     skip_invalid: bool = False,
+    keep_missing: bool = False,
+    progress: Progress | None = None,
 ) -> IndexReport:
-    """Index the catalog at `path`. Nothing is written when it has a bad row, unless `skip_invalid`.
-
-    Books whose stored vectors came from the same model and text are not embedded again, so
-    a rerun after a crash resumes where the last committed batch ended.
-    """
+    """Index the catalog at `path` as the next generation. Nothing is written when it has a bad
+    row, unless `skip_invalid`. Raises `generations.IndexBusyError` if another writer runs."""
+    progress = progress or Progress()
     t0 = time.perf_counter()
-    total, rejected = validate(path)
-    if rejected and not skip_invalid:
-        raise CatalogError(rejected)
-    for row in rejected:
-        logger.warning("skipped %s", row)
-    ensure_schema(engine, create_if_new=True)
+    progress.update(state="validating", started=time.monotonic(), finished=None)
+    try:
+        total, rejected = validate(path)
+        if rejected and not skip_invalid:
+            raise CatalogError(rejected)
+        for row in rejected:
+            logger.warning("skipped %s", row)
+        ensure_schema(engine, create_if_new=True)
+        report = IndexReport(path=str(path), books=total, rejected=rejected)
+        with generations.writer_lock(engine):
+            _build(
+                settings,
+                engine,
+                encoder,
+                path=path,
+                report=report,
+                keep_missing=keep_missing,
+                progress=progress,
+            )
+    except BaseException:
+        progress.update(state="failed", finished=time.monotonic())
+        raise
+    report.seconds = time.perf_counter() - t0
+    progress.update(state="done", finished=time.monotonic())
+    logger.info(
+        "indexed %s: %d books, %d added, %d updated, %d unchanged, %d removed, %d rejected, "
+        "%d texts embedded in %.1f s; generation %s active",
+        path,
+        report.books,
+        report.added,
+        report.updated,
+        report.unchanged,
+        report.removed,
+        len(report.rejected),
+        report.embedded,
+        report.seconds,
+        report.generation,
+    )
+    return report
 
-    report = IndexReport(path=str(path), books=total, rejected=rejected)
-    for batch in batched(_valid(path), settings.batch_size):
-        embedded = _index_batch(batch, engine=engine, encoder=encoder)
-        report.embedded += embedded
-        report.unchanged += len(batch) - embedded
-        done = report.embedded + report.unchanged
-        elapsed = time.perf_counter() - t0
-        rate = done / elapsed if elapsed > 0 else 0.0
-        eta = (total - done) / rate if rate > 0 else 0.0
-        logger.info("indexed %d/%d books (%.1f books/s, ETA %.0f s)", done, total, rate, eta)
 
+def _build(
+    settings: IndexSettings,
+    engine: Engine,
+    encoder: Encoder,
+    *,
+    path: str | Path,
+    report: IndexReport,
+    keep_missing: bool,
+    progress: Progress,
+) -> None:
     with Session(engine) as session, session.begin():
+        building, report.resumed = generations.begin(
+            session=session, model=encoder.name, catalog=str(path)
+        )
+        g = building.id
+    progress.update(state="indexing", total=report.books, done=0, embedded=0, generation=g)
+    seen: set[str] = set()
+    for batch in batched(_valid(path), settings.batch_size):
+        with Session(engine) as session:
+            plan = batches.plan_batch(
+                session=session, records=batch, model=encoder.name, generation=g
+            )
+        # Embedded before the write transaction opens: a SQLite writer lock is then held for
+        # the writes only, and searches on a service never wait for the encoder.
+        vectors = embed(plan.to_embed, encoder)
+        with Session(engine) as session, session.begin():
+            batches.write_batch(session=session, plan=plan, vectors=vectors)
+        seen.update(r.id for r in batch)
+        report.added += plan.added
+        report.updated += plan.updated
+        report.unchanged += plan.unchanged
+        report.embedded += len(vectors)
+        progress.update(done=len(seen), embedded=report.embedded)
+    progress.update(state="finishing")
+    with Session(engine) as session, session.begin():
+        if not keep_missing:
+            report.removed = batches.remove_books(session=session, generation=g, keep=seen)
+        generation = session.get_one(Generation, g)
+        counts = generations.finish(
+            session=session, generation=generation, rejected=len(report.rejected)
+        )
+        report.activated = counts.changed
+        report.generation = store.active_generation_id(session=session)
         store.set_metadata(
             session=session,
             values={
@@ -107,22 +230,44 @@ def run(
                 "dtype": store.DTYPE,
                 "key_fields": list(FIELDS),
                 "value_field": VALUE_FIELD,
-                "book_count": store.count_books(session=session),
+                "book_count": counts.books if counts.changed else report.books,
                 "indexed_at": datetime.now(UTC).isoformat(),
                 "catalog": str(path),
             },
         )
-    report.seconds = time.perf_counter() - t0
-    logger.info(
-        "indexed %s: %d books, %d embedded, %d unchanged, %d rejected in %.1f s",
-        path,
-        report.books,
-        report.embedded,
-        report.unchanged,
-        len(rejected),
-        report.seconds,
-    )
-    return report
+
+
+@dataclass
+class DeleteReport:
+    removed: list[str]  # ids removed
+    unknown: list[str]  # ids the active generation does not hold
+    generation: int | None  # the active generation after the deletion
+
+
+def delete_books(*, engine: Engine, book_ids: Sequence[str]) -> DeleteReport:
+    """Remove books from the index: a new generation without them, activated at once."""
+    ensure_schema(engine, create_if_new=False)
+    with generations.writer_lock(engine), Session(engine) as session, session.begin():
+        active = store.active_generation(session=session)
+        if active is None:
+            return DeleteReport([], list(book_ids), None)
+        building = generations.building_generation(session=session)
+        if building is not None:
+            raise generations.IndexBusyError(
+                engine.url.render_as_string(),
+                f"generation {building.id} was left building by an interrupted `attend index`: "
+                "run that again (it resumes) before deleting books",
+            )
+        present = {b for b in book_ids if store.get_book(session=session, book_id=b) is not None}
+        generation, _ = generations.begin(session=session, model=active.model, catalog=None)
+        generation.catalog = active.catalog
+        batches.remove_books(session=session, generation=generation.id, book_ids=present)
+        generations.finish(session=session, generation=generation)
+        return DeleteReport(
+            removed=[b for b in book_ids if b in present],
+            unknown=[b for b in book_ids if b not in present],
+            generation=store.active_generation_id(session=session),
+        )
 
 
 def _valid(path: str | Path) -> Iterator[CatalogRecord]:
@@ -133,32 +278,3 @@ def batched(rows: Iterator[CatalogRecord], n: int) -> Iterator[list[CatalogRecor
     """itertools.batched, which Python 3.11 lacks."""
     while batch := list(islice(rows, n)):
         yield batch
-
-
-def _index_batch(batch: list[CatalogRecord], *, engine: Engine, encoder: Encoder) -> int:
-    """Write one batch in one transaction, embedding only what changed; returns how many books
-    needed at least one new vector."""
-    wanted: dict[tuple[str, str, str], tuple[str, str]] = {}  # (id, role, field) → (hash, text)
-    for r in batch:
-        texts = field_texts(r)
-        for f in FIELDS:
-            wanted[(r.id, "key", f)] = (store.content_hash(encoder.name, texts[f]), texts[f])
-        wanted[(r.id, "value", VALUE_FIELD)] = wanted[(r.id, "key", VALUE_FIELD)]
-    with Session(engine) as session:
-        stored = store.vector_hashes(session=session, book_ids=[r.id for r in batch])
-    todo = {slot: ht for slot, ht in wanted.items() if stored.get(slot) != ht[0]}
-    # One encoder call for the distinct texts (a value is its key's text; a book without a
-    # description has one text for both keys), before the transaction opens: a SQLite writer
-    # lock is then held for the writes only.
-    unique = {h: t for h, t in todo.values()}
-    vectors: dict[str, np.ndarray] = {}
-    if unique:
-        encoded = encoder.encode(list(unique.values())).numpy()  # (n, d)
-        vectors = dict(zip(unique, encoded, strict=True))
-    rows = [store.VectorRow(i, role, f, h, vectors[h]) for (i, role, f), (h, _) in todo.items()]
-    ids = [r.id for r in batch]
-    with Session(engine) as session, session.begin():
-        store.upsert_books(session=session, records=batch)
-        store.delete_other_fields(session=session, book_ids=ids, fields=FIELDS)
-        store.write_vectors(session=session, rows=rows, model=encoder.name)
-    return len({book_id for book_id, _, _ in todo})

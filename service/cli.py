@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Sequence
 
 from pydantic import ValidationError
@@ -13,6 +14,7 @@ from sqlalchemy.engine import make_url
 from indexer import db, pipeline
 from indexer.catalog import CatalogError
 from indexer.data import DEMO_CATALOG
+from indexer.generations import IndexBusyError
 from indexer.settings import CommonSettings, IndexSettings
 from service.errors import IndexEmptyError
 from service.logs import configure_logging
@@ -28,6 +30,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         IndexSettings() if args.batch_size is None else IndexSettings(batch_size=args.batch_size)
     )
     engine = db.create_db_engine(settings.database_url)
+    bar = ProgressBar() if sys.stderr.isatty() else None
     try:
         report = pipeline.run(
             settings,
@@ -35,6 +38,8 @@ def cmd_index(args: argparse.Namespace) -> int:
             encoder=build_encoder(settings),
             path=args.path,
             skip_invalid=args.skip_invalid,
+            keep_missing=args.keep_missing,
+            progress=pipeline.Progress(bar.update if bar else _log_progress),
         )
     except CatalogError as e:
         sys.stderr.write(
@@ -44,15 +49,81 @@ def cmd_index(args: argparse.Namespace) -> int:
         )
         return 2
     finally:
+        if bar is not None:
+            bar.close()
         engine.dispose()
     for row in report.rejected:
         sys.stderr.write(f"rejected {row}\n")
+    where = make_url(settings.database_url)
+    switch = (
+        f"generation {report.generation} active"
+        if report.activated
+        else f"nothing changed, generation {report.generation} stays active"
+    )
     sys.stdout.write(
-        f"{report.books} books: {report.embedded} embedded, {report.unchanged} unchanged, "
-        f"{len(report.rejected)} rejected, in {report.seconds:.1f} s "
-        f"({report.books_per_second:.1f} books/s) -> {make_url(settings.database_url)!r}\n"
+        f"{report.books} books: {report.added} added, {report.updated} updated, "
+        f"{report.unchanged} unchanged, {report.removed} removed, {len(report.rejected)} "
+        f"rejected; {report.embedded} texts embedded in {report.seconds:.1f} s "
+        f"({report.books_per_second:.1f} books/s); {switch}"
+        f"{' (resumed an interrupted run)' if report.resumed else ''} -> {where!r}\n"
     )
     return 0
+
+
+class ProgressBar:
+    """tqdm on a terminal's stderr: books done, books/s and the ETA."""
+
+    def __init__(self) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=0, unit="book", dynamic_ncols=True, desc="validating")
+
+    def update(self, p: pipeline.ProgressSnapshot) -> None:
+        if p.state == "indexing":
+            if self._bar.total != p.total:
+                self._bar.reset(total=p.total)
+                self._bar.set_description(f"generation {p.generation}")
+            self._bar.update(p.done - self._bar.n)
+            self._bar.set_postfix(embedded=p.embedded, refresh=False)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+_last_log = [0.0]
+
+
+def _log_progress(p: pipeline.ProgressSnapshot) -> None:
+    """Without a terminal: a log line at most every 5 s."""
+    recent = time.monotonic() - _last_log[0] < 5
+    if p.state != "indexing" or not p.done or (recent and p.done < p.total):
+        return
+    _last_log[0] = time.monotonic()
+    eta = f"{p.eta_s:.0f} s" if p.eta_s is not None else "?"
+    logger.info(
+        "generation %s: %d/%d books (%.1f books/s, ETA %s), %d texts embedded",
+        p.generation,
+        p.done,
+        p.total,
+        p.books_per_second,
+        eta,
+        p.embedded,
+    )
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    engine = db.create_db_engine(CommonSettings().database_url)
+    try:
+        report = pipeline.delete_books(engine=engine, book_ids=args.ids)
+    finally:
+        engine.dispose()
+    for book_id in report.unknown:
+        sys.stderr.write(f"attend delete: no book with id {book_id!r} in the active generation\n")
+    if report.removed:
+        sys.stdout.write(
+            f"removed {len(report.removed)} book(s); generation {report.generation} active\n"
+        )
+    return 0 if not report.unknown else 1
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -96,6 +167,7 @@ def _serve_on_ray(settings: ServiceSettings) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """Index the bundled demo catalog (a no-op when it already is), then serve it."""
     args.path, args.skip_invalid, args.batch_size = str(DEMO_CATALOG), False, None
+    args.keep_missing = False
     return cmd_index(args) or cmd_serve(args)
 
 
@@ -165,7 +237,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="index the valid rows and list the rejected ones (default: write nothing)",
     )
     p.add_argument("--batch-size", type=int, help="books per transaction")
+    p.add_argument(
+        "--keep-missing",
+        action="store_true",
+        help="keep indexed books the catalog lacks (default: the catalog is a snapshot and "
+        "they are removed)",
+    )
     p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("delete", help="remove books by id (a new generation without them)")
+    p.add_argument("ids", nargs="+", metavar="ID")
+    p.set_defaults(func=cmd_delete)
 
     for name, func, text in (
         ("serve", cmd_serve, "serve the REST API"),
@@ -213,6 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (db.SchemaError, CatalogError, ValidationError, IndexEmptyError) as e:
         sys.stderr.write(f"attend {args.command}: {e}\n")
         return 2
+    except IndexBusyError as e:
+        sys.stderr.write(f"attend {args.command}: {e}\n")
+        return 3
 
 
 if __name__ == "__main__":

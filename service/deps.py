@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Request
+from pydantic import SecretStr
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from indexer.pipeline import ProgressSnapshot
+from service.errors import AdminAuthError
 from service.explainer import Explainer
+from service.jobs import ReindexJobs
 from service.metrics import Metrics
 from service.ranker import Ranker
 from service.searcher import Searcher
@@ -58,6 +63,27 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
+def get_jobs(request: Request) -> ReindexJobs:
+    jobs: ReindexJobs = request.app.state.jobs
+    return jobs
+
+
+def get_reindex_status(request: Request) -> ProgressSnapshot:
+    """The running (or last) re-index job's progress, read-only: state, total, done, embedded,
+    books_per_second, eta_s, generation. An idle snapshot when there was none."""
+    return get_jobs(request).status()
+
+
+def require_admin(request: Request) -> None:
+    """The admin API's bearer token: 401 without one, 403 for a wrong one."""
+    token: SecretStr | None = request.app.state.admin_token
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if token is None or scheme.lower() != "bearer" or not given.strip():
+        raise AdminAuthError(401, "this endpoint needs 'Authorization: Bearer <admin token>'")
+    if not hmac.compare_digest(given.strip().encode(), token.get_secret_value().encode()):
+        raise AdminAuthError(403, "wrong admin token")
+
+
 SearcherDep = Annotated[Searcher, Depends(get_searcher)]
 RankerDep = Annotated[Ranker, Depends(get_ranker)]
 SessionDep = Annotated[Session, Depends(get_session)]
@@ -66,3 +92,6 @@ StartedEngineDep = Annotated[Engine | None, Depends(get_started_engine)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 ExplainerDep = Annotated[Explainer, Depends(get_explainer)]
 SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
+JobsDep = Annotated[ReindexJobs, Depends(get_jobs)]
+ReindexStatusDep = Annotated[ProgressSnapshot, Depends(get_reindex_status)]
+AdminDep = Depends(require_admin)

@@ -30,6 +30,29 @@ class NotReadyError(RuntimeError):
     """/readyz: the service cannot answer searches yet (or any more)."""
 
 
+class AdminAuthError(PermissionError):
+    """No bearer token (401) or a wrong one (403) on an admin endpoint."""
+
+    def __init__(self, status_code: int, message: str):
+        self.status_code = status_code
+        super().__init__(message)
+
+
+class JobRunningError(RuntimeError):
+    def __init__(self, job_id: str):
+        self.job_id = job_id
+        super().__init__(f"re-index job {job_id} is still running: one job at a time")
+
+
+class JobNotFoundError(LookupError):
+    def __init__(self, job_id: str):
+        super().__init__(f"no re-index job with id {job_id!r}")
+
+
+class BadCatalogRequestError(ValueError):
+    """A re-index request names no usable catalog."""
+
+
 class ShardsOutOfStepError(RuntimeError):
     """A shard holds another version of the index than the router (a re-index in between)."""
 
@@ -163,6 +186,23 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ShardsOutOfStepError)
     async def _out_of_step(_: Request, exc: ShardsOutOfStepError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(AdminAuthError)
+    async def _auth(_: Request, exc: AdminAuthError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(JobRunningError)
+    async def _busy(_: Request, exc: JobRunningError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    @app.exception_handler(JobNotFoundError)
+    async def _no_job(_: Request, exc: JobNotFoundError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(BadCatalogRequestError)
+    async def _bad_catalog(_: Request, exc: BadCatalogRequestError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=422)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

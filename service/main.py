@@ -1,9 +1,10 @@
 """The FastAPI app.
 
 catalog.jsonl → indexer.catalog.scan_catalog() → indexer.pipeline.run() → models.encoder (B, d)
-→ indexer.store.write_vectors() → tables → [start-up] indexer.store.load_index() → Ranker
+→ indexer.batches.write_batch() → tables → [start-up] indexer.store.load_index() → Ranker
 → GET /search → service.searcher (batches concurrent queries) → encode (B, d)
 → models.attention.attend → top-k weights (B, k) → SearchResponse
+A new generation (attend index, POST /admin/reindex) → service.reloader swaps the Ranker.
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ from sqlalchemy.orm import Session
 
 from indexer import store
 from indexer.db import SchemaError, create_db_engine, ensure_schema
-from indexer.settings import CommonSettings
+from indexer.settings import CommonSettings, IndexSettings
 from models.device import pick_device
 from models.encoder import Encoder, SentenceTransformerEncoder, pick_backend
 from service.errors import install_error_handlers
 from service.explainer import Explainer
 from service.guards import BodySizeLimit, Utf8Url
+from service.jobs import ReindexJobs
 from service.metrics import Metrics
 from service.ranker import Ranker
-from service.routes import books, explain, health, page, recommend, search
+from service.reloader import GenerationWatcher
+from service.routes import admin, books, explain, health, page, recommend, search
 from service.searcher import Searcher
 from service.settings import ServiceSettings
 from service.telemetry import RequestTelemetry
@@ -36,12 +39,13 @@ from service.telemetry import RequestTelemetry
 logger = logging.getLogger(__name__)
 
 
-def load_ranker(settings: ServiceSettings, *, session: Session, model: str) -> Ranker:
-    """The index's keys and values for `model`, on the device. Refuses an index of another model."""
+def load_index(session: Session, *, model: str) -> store.LoadedIndex:
+    """The active generation's keys and values for `model`. Refuses an index of another model."""
     index = store.load_index(session=session, model=model)
-    total = store.count_books(session=session)
+    total = store.count_books(session=session, generation=index.generation)
     if total and not len(index):
-        built_with = store.get_metadata(session=session).get("model")
+        active = store.active_generation(session=session)
+        built_with = active.model if active else None
         raise SchemaError(
             f"the index holds {total} books but none embedded with model {model!r} (it was built "
             f"with {built_with!r}): set ATTEND_MODEL to that model, or re-run `attend index`"
@@ -54,13 +58,28 @@ def load_ranker(settings: ServiceSettings, *, session: Session, model: str) -> R
             total,
             model,
         )
+    return index
+
+
+def build_ranker(
+    settings: ServiceSettings, index: store.LoadedIndex, *, session: Session
+) -> Ranker:
+    """The ranker of `index` (the lexical head's descriptions read at its generation)."""
+    descriptions = store.book_descriptions(
+        session=session, book_ids=index.ids, generation=index.generation
+    )
     return Ranker(
         index,
         device=settings.device,
         key_dtype=settings.key_dtype,
         chunk_size=settings.chunk_size,
-        descriptions=store.book_descriptions(session=session, book_ids=index.ids),
+        descriptions=descriptions,
     )
+
+
+def load_ranker(settings: ServiceSettings, *, session: Session, model: str) -> Ranker:
+    """The active generation's keys and values for `model`, on the device."""
+    return build_ranker(settings, load_index(session, model=model), session=session)
 
 
 class RankerLoader(Protocol):
@@ -87,11 +106,16 @@ def build_searcher(
     engine: Engine,
     encoder: Encoder | None = None,
     ranker_loader: RankerLoader = load_ranker,
+    index: store.LoadedIndex | None = None,
 ) -> Searcher:
-    """The encoder (the configured model unless one is given) and the index, ready to search."""
+    """The encoder (the configured model unless one is given) and the index (the active
+    generation unless one is given), ready to search."""
     encoder = encoder or build_encoder(settings)
     with Session(engine) as session:
-        ranker = ranker_loader(settings, session=session, model=encoder.name)
+        if index is None:
+            ranker = ranker_loader(settings, session=session, model=encoder.name)
+        else:
+            ranker = build_ranker(settings, index, session=session)
     return Searcher(
         encoder,
         ranker,
@@ -128,6 +152,16 @@ def _catalog_size(app: FastAPI) -> int | None:
     return None if searcher is None else len(searcher.ranker)
 
 
+def index_settings(settings: ServiceSettings) -> IndexSettings:
+    """What an admin re-index runs with: the service's database and model."""
+    return IndexSettings(
+        database_url=settings.database_url,
+        model=settings.model,
+        device=settings.device,
+        encode_batch_size=settings.encode_batch_size,
+    )
+
+
 def create_app(
     settings: ServiceSettings | None = None,
     *,
@@ -145,17 +179,47 @@ def create_app(
         try:
             ensure_schema(engine, create_if_new=False)
             app.state.engine = engine
+            model = encoder or build_encoder(settings)
+            index: store.LoadedIndex | None = None
+            if ranker_loader is load_ranker:  # single process: this app follows generations
+                with Session(engine) as session:
+                    index = load_index(session, model=model.name)
             searcher = build_searcher(
-                settings, engine=engine, encoder=encoder, ranker_loader=ranker_loader
+                settings, engine=engine, encoder=model, ranker_loader=ranker_loader, index=index
             )
             searcher.on_batch = metrics.observe_batch
+            # Only an app that loaded the index itself follows new generations; a ranker from
+            # another loader (the Ray router's shards) is that loader's to renew.
+            watcher = (
+                None
+                if index is None
+                else GenerationWatcher(
+                    engine=engine,
+                    searcher=searcher,
+                    index=index,
+                    build=lambda index, session: build_ranker(settings, index, session=session),
+                    poll_s=settings.generation_poll_s,
+                )
+            )
+            jobs = ReindexJobs(
+                settings=index_settings(settings),
+                engine=engine,
+                encoder=model,
+                on_success=watcher.check if watcher is not None else lambda: None,
+            )
+            app.state.watcher, app.state.jobs = watcher, jobs
             searcher.start()
+            if watcher is not None:
+                watcher.start()
             app.state.searcher = searcher
             app.state.settings = settings
             app.state.explainer = Explainer(searcher.encoder, scale=settings.scale)
             try:
                 yield
             finally:
+                if watcher is not None:
+                    watcher.close()
+                jobs.close()
                 searcher.close()
         finally:
             engine.dispose()
@@ -180,4 +244,7 @@ def create_app(
     app.include_router(recommend.router)
     app.include_router(books.router)
     app.include_router(health.router)
+    app.state.admin_token = settings.admin_token
+    if settings.admin_token is not None:  # no token: the admin endpoints do not exist
+        app.include_router(admin.router)
     return app

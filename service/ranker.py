@@ -89,6 +89,7 @@ class Ranker:
         )
         self.device = pick_device(device)
         self.model = index.model
+        self.generation = index.generation  # the snapshot of the catalog these keys are
         self.ids = index.ids
         self.titles = index.titles
         self.authors = index.authors

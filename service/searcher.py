@@ -162,7 +162,8 @@ class Searcher:
         return batch, False
 
     def _answer(self, jobs: list[_Job]) -> list[list[SearchResponse]]:
-        if len(self.ranker) == 0:
+        ranker = self.ranker  # one generation for the whole batch, even if a swap comes
+        if len(ranker) == 0:
             raise IndexEmptyError()
         texts = [text for job in jobs for text in job.queries]
         logger.debug("batch of %d queries: %r", len(texts), texts)
@@ -170,10 +171,10 @@ class Searcher:
         filters = [_filters(job.options) for job in jobs for _ in job.queries]
         heads = [self._heads(job.options) for job in jobs for _ in job.queries]
         k = max(job.options.offset + job.options.k for job in jobs)
-        if self.ranker.holds_keys:
+        if ranker.holds_keys:
             rankings = iter(
                 rank_heads(
-                    self.ranker,
+                    ranker,
                     q,
                     texts,
                     k=k,
@@ -185,22 +186,23 @@ class Searcher:
             )
         else:  # the sharded router: the shards' merged description head
             rankings = iter(
-                _description_only(r)
-                for r in self.ranker.rank(q, k=k, scale=self.scale, filters=filters)
+                _description_only(r) for r in ranker.rank(q, k=k, scale=self.scale, filters=filters)
             )
         self.batch_sizes.append(len(texts))
         if self.on_batch is not None:
             self.on_batch(len(texts))
         return [
-            [self._response(t, job.options, next(rankings)) for t in job.queries] for job in jobs
+            [self._response(ranker, t, job.options, next(rankings)) for t in job.queries]
+            for job in jobs
         ]
 
     def _heads(self, options: SearchOptions) -> dict[str, float]:
         return parse_heads(options.heads) if options.heads else self.heads
 
-    def _response(self, text: str, options: SearchOptions, ranking: MixedRanking) -> SearchResponse:
+    def _response(
+        self, ranker: Ranker, text: str, options: SearchOptions, ranking: MixedRanking
+    ) -> SearchResponse:
         page = ranking.hits[options.offset : options.offset + options.k]
-        ranker = self.ranker
         top = ranking.hits[0].weight if ranking.hits else 0.0
         return SearchResponse(
             query=text,
@@ -217,6 +219,7 @@ class Searcher:
             matched=ranking.matched,
             k=options.k,
             offset=options.offset,
+            generation=ranker.generation,
             results=[
                 SearchHit(
                     rank=options.offset + i + 1,

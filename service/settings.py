@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 
 from indexer.settings import CommonSettings
 from service.heads import parse_heads
@@ -91,3 +91,23 @@ class ServiceSettings(CommonSettings):
     @property
     def default_heads(self) -> dict[str, float]:
         return parse_heads(self.heads)
+
+    generation_poll_s: float = Field(
+        2.0,
+        ge=0,
+        le=3600,
+        description="How often the service checks for a newly activated index generation and "
+        "swaps it in (0: never; it then serves the generation it started with).",
+    )
+    admin_token: SecretStr | None = Field(
+        None,
+        description="Bearer token of the admin API (POST /admin/reindex, GET /admin/jobs/{id}); "
+        "at least 16 characters. Unset: the admin endpoints do not exist (404).",
+    )
+
+    @field_validator("admin_token")
+    @classmethod
+    def _long_enough(cls, token: SecretStr | None) -> SecretStr | None:
+        if token is not None and len(token.get_secret_value()) < 16:
+            raise ValueError("ATTEND_ADMIN_TOKEN must be at least 16 characters long")
+        return token

@@ -111,6 +111,7 @@ class ShardedRanker(Ranker):
         # No Ranker.__init__: nothing goes on a device here; the merge runs on the CPU.
         self.device = torch.device("cpu")
         self.model = index.model
+        self.generation = index.generation
         self.ids = index.ids
         self.titles = index.titles
         self.authors = index.authors

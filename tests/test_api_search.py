@@ -233,6 +233,7 @@ def test_healthz_and_docs(client: TestClient) -> None:
         "catalog_size": 7,
         "model": FakeEncoder.name,
         "device": "cpu",
+        "generation": 1,
     }
     assert client.get("/docs").status_code == 200
     schema = client.get("/openapi.json").json()

@@ -9,6 +9,7 @@ from sqlalchemy import inspect
 
 from conftest import write_jsonl
 from indexer import db
+from indexer.generations import writer_lock
 from service.cli import main
 
 GOOD = {"id": "a", "title": "Dune", "description": "Desert planet.", "year": 1965}
@@ -39,12 +40,25 @@ def test_index_refuses_a_bad_catalog_and_writes_nothing(
     assert f"{path}:2: missing 'title'" in err
     assert f"{path}:3: duplicate id 'a' (first on line 1)" in err
     assert "nothing was written" in err
-    assert "books" not in _tables(db_url)
+    assert "book_versions" not in _tables(db_url)
 
     assert main(["index", str(path), "--skip-invalid"]) == 0
     out = capsys.readouterr()
-    assert "1 books: 1 embedded, 0 unchanged, 2 rejected" in out.out
+    assert "1 books: 1 added, 0 updated, 0 unchanged, 0 removed, 2 rejected" in out.out
+    assert "generation 1 active" in out.out
     assert f"rejected {path}:2: missing 'title'" in out.err
+
+    engine = db.create_db_engine(db_url)
+    try:
+        with writer_lock(engine):  # another writer holds the database
+            assert main(["delete", "a"]) == 3
+            assert "another indexer is writing to" in capsys.readouterr().err
+    finally:
+        engine.dispose()
+    assert main(["delete", "a", "zz"]) == 1
+    out = capsys.readouterr()
+    assert out.out == "removed 1 book(s); generation 2 active\n"
+    assert out.err == "attend delete: no book with id 'zz' in the active generation\n"
 
 
 def test_index_names_an_unknown_format(
@@ -62,9 +76,9 @@ def test_db_upgrade_current_and_downgrade(db_url: str, capsys: pytest.CaptureFix
     assert capsys.readouterr().out == f"revision None (head {head})\n"
     assert main(["db", "upgrade"]) == 0
     assert capsys.readouterr().out == f"revision {head} (head {head})\n"
-    assert {"books", "book_vectors", "index_metadata"} <= _tables(db_url)
+    assert {"generations", "book_versions", "vectors", "index_metadata"} <= _tables(db_url)
     assert main(["db", "downgrade", "base"]) == 0
-    assert "books" not in _tables(db_url)
+    assert "book_versions" not in _tables(db_url)
 
 
 def test_serve_and_search_refuse_an_unmigrated_database(

@@ -42,7 +42,7 @@ def test_demo_catalog_to_search_with_weights(database_url: str, tmp_path: Path) 
     indexed = _attend("index", str(DEMO_CATALOG), database_url=database_url, cwd=tmp_path)
     assert indexed.returncode == 0, indexed.stderr
     books = {b.id: b for b in read_catalog(DEMO_CATALOG)}
-    assert f"{len(books)} books: {len(books)} embedded" in indexed.stdout
+    assert f"{len(books)} books: {len(books)} added" in indexed.stdout
 
     settings = ServiceSettings(database_url=database_url, device="cpu")
     with TestClient(create_app(settings)) as client:
@@ -86,7 +86,8 @@ def test_demo_catalog_to_search_with_weights(database_url: str, tmp_path: Path) 
     # a second run finds every book up to date and embeds nothing
     again = _attend("index", str(DEMO_CATALOG), database_url=database_url, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert f"0 embedded, {len(books)} unchanged" in again.stdout
+    assert f"0 added, 0 updated, {len(books)} unchanged, 0 removed" in again.stdout
+    assert "0 texts embedded" in again.stdout and "nothing changed, generation 1" in again.stdout
 
 
 def test_cli_search_prints_the_api_json(tmp_path: Path) -> None:

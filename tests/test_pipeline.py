@@ -49,7 +49,8 @@ def test_index_writes_books_vectors_and_metadata(
     engine: Engine, tmp_path: Path, fake_encoder: FakeEncoder
 ) -> None:
     report = _run(engine, write_jsonl(tmp_path / "c.jsonl", BOOKS), fake_encoder)
-    assert (report.books, report.embedded, report.unchanged, report.rejected) == (5, 5, 0, [])
+    assert (report.books, report.added, report.unchanged, report.rejected) == (5, 5, 0, [])
+    assert (report.generation, report.activated, report.embedded) == (1, True, 9)
     assert fake_encoder.calls == 3  # batches of 2: one encoder call and one transaction each
 
     with Session(engine) as session:
@@ -86,17 +87,27 @@ def test_rerun_embeds_only_what_changed(engine: Engine, tmp_path: Path) -> None:
     _run(engine, path, FakeEncoder())
     again = FakeEncoder()
     report = _run(engine, path, again)
-    assert (report.embedded, report.unchanged, again.texts_encoded) == (0, 5, 0)
+    assert (report.added, report.unchanged, again.texts_encoded) == (0, 5, 0)
+    assert (report.generation, report.activated) == (1, False)  # nothing changed: no switch
 
-    changed = [dict(b) for b in BOOKS]
+    changed = [dict(b) for b in BOOKS[:4]]  # sicp is gone
     changed[3]["description"] = "A desert planet, spice and a messiah."
     changed[2]["year"] = 1998  # metadata only: updated without embedding
     edit = FakeEncoder()
     report = _run(engine, write_jsonl(tmp_path / "c2.jsonl", changed), edit)
-    assert (report.embedded, report.unchanged, edit.texts_encoded) == (1, 4, 1)
+    assert (report.updated, report.unchanged, report.removed) == (2, 2, 1)
+    assert (report.embedded, edit.texts_encoded) == (1, 1)
+    assert report.generation == 3  # ids only grow: the no-op run's 2 was discarded
     with Session(engine) as session:
         hp = store.get_book(session=session, book_id="hp")
         assert hp is not None and hp.year == 1998
+        assert store.get_book(session=session, book_id="sicp") is None
+        assert len(store.load_index(session=session, model=FakeEncoder.name)) == 4
+
+    kept = _run(
+        engine, write_jsonl(tmp_path / "c3.jsonl", BOOKS[:1]), FakeEncoder(), keep_missing=True
+    )
+    assert (kept.removed, kept.activated, kept.generation) == (0, False, 3)
 
 
 def test_a_bad_row_stops_the_run_before_anything_is_written(
@@ -126,7 +137,7 @@ def test_skip_invalid_indexes_the_valid_rows(
     lines.insert(3, "{broken")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     report = _run(engine, path, fake_encoder, skip_invalid=True)
-    assert report.books == 5 and report.embedded == 5
+    assert report.books == 5 and report.added == 5
     assert [r.line for r in report.rejected] == [2, 4]
     assert "duplicate id 'dl'" in report.rejected[0].reason
     with Session(engine) as session:
@@ -144,34 +155,22 @@ def test_a_new_model_re_embeds_everything(engine: Engine, tmp_path: Path) -> Non
 
     other = OtherModel()
     report = _run(engine, path, other)
-    assert report.embedded == 5 and other.texts_encoded == 9  # hp: its title twice, once
+    assert report.updated == 5 and other.texts_encoded == 9  # hp: its title twice, once
     with Session(engine) as session:
         assert len(store.load_index(session=session, model="other-model")) == 5
         assert len(store.load_index(session=session, model=FakeEncoder.name)) == 0
 
 
-def test_reindexing_an_index_of_the_old_text_key_fills_in_the_fields(
+def test_delete_books_makes_a_generation_without_them(
     engine: Engine, tmp_path: Path, fake_encoder: FakeEncoder
 ) -> None:
-    """A database indexed before per-field keys (one "text" key and value per book) gets its
-    title and description keys on the next run, and loses the old rows."""
-    records = [CatalogRecord(id=str(b["id"]), title=str(b["title"])) for b in BOOKS]
-    old = np.ones((len(records), FakeEncoder.dim), np.float32)
-    with Session(engine) as session, session.begin():
-        store.upsert_books(session=session, records=records)
-        store.write_vectors(
-            session=session,
-            rows=[
-                store.VectorRow(r.id, role, "text", "old", old[i])
-                for i, r in enumerate(records)
-                for role in ("key", "value")
-            ],
-            model=fake_encoder.name,
-        )
-        assert len(store.load_index(session=session, model=fake_encoder.name)) == 0
-    report = _run(engine, write_jsonl(tmp_path / "c.jsonl", BOOKS), fake_encoder)
-    assert report.embedded == 5
+    _run(engine, write_jsonl(tmp_path / "c.jsonl", BOOKS), fake_encoder)
+    report = pipeline.delete_books(engine=engine, book_ids=["dune", "nope", "hp"])
+    assert (report.removed, report.unknown, report.generation) == (["dune", "hp"], ["nope"], 2)
     with Session(engine) as session:
-        assert len(store.load_index(session=session, model=fake_encoder.name)) == 5
-        fields = {f for _, _, f in store.vector_hashes(session=session, book_ids=["dl", "hp"])}
-        assert fields == {"title", "description"}
+        assert store.load_index(session=session, model=fake_encoder.name).ids == [
+            "db",
+            "dl",
+            "sicp",
+        ]
+        assert len(store.load_index(session=session, model=fake_encoder.name, generation=1)) == 5

@@ -1,15 +1,19 @@
-"""The store on real SQLite and PostgreSQL: vectors round-trip bit for bit, upserts replace."""
+"""The store on real SQLite and PostgreSQL: vectors round-trip bit for bit, generations are
+snapshots (a re-index writes only what changed), diffs between generations fold into a loaded
+index exactly."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from indexer import store
+from indexer import batches, generations, store
 from indexer.catalog import CatalogRecord
-from indexer.schema import BookVector
+from indexer.schema import Book, Generation, Vector
 
 
 def _records(n: int) -> list[CatalogRecord]:
@@ -27,99 +31,164 @@ def _records(n: int) -> list[CatalogRecord]:
     ]
 
 
-def _write(
+def _generation(
     engine: Engine,
     records: list[CatalogRecord],
-    keys: np.ndarray,
-    values: np.ndarray,
-    model: str = "m",
+    vectors: dict[str, np.ndarray],
     *,
-    titles: np.ndarray | None = None,
-) -> None:
-    """Description keys `keys`, title keys `titles` (-keys when None), values `values`."""
-    titles = -keys if titles is None else titles
-    rows = [
-        store.VectorRow(r.id, role, field, f"h{r.id}{role}{field}", vectors[i])
-        for role, field, vectors in (
-            ("key", "title", titles),
-            ("key", "description", keys),
-            ("value", "description", values),
-        )
-        for i, r in enumerate(records)
-    ]
+    model: str = "m",
+    remove_missing: bool = True,
+) -> batches.BatchPlan:
+    """One generation of `records`, the vector of each text taken from `vectors`."""
     with Session(engine) as session, session.begin():
-        store.upsert_books(session=session, records=records)
-        store.write_vectors(session=session, rows=rows, model=model)
+        g, _ = generations.begin(session=session, model=model, catalog="c")
+        plan = batches.plan_batch(session=session, records=records, model=model, generation=g.id)
+        texts = {h: vectors[t] for h, t in plan.to_embed.items()}
+        batches.write_batch(session=session, plan=plan, vectors=texts)
+        if remove_missing:
+            batches.remove_books(session=session, generation=g.id, keep={r.id for r in records})
+        generations.finish(session=session, generation=g)
+    return plan
+
+
+def _random_vectors(records: list[CatalogRecord], d: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    texts = {t for r in records for t in batches.field_texts(r).values()}
+    return {t: rng.standard_normal(d).astype(np.float32) for t in sorted(texts)}
 
 
 def test_vectors_round_trip_exactly(engine: Engine) -> None:
-    rng = np.random.default_rng(0)
     records = _records(7)
-    keys = rng.standard_normal((7, 384)).astype(np.float32)
-    values = rng.standard_normal((7, 384)).astype(np.float32)
-    keys[0, 0] = np.float32(1e-38)  # subnormal-adjacent and extreme values survive too
-    keys[1, 1] = np.float32(-3.4e38)
-    _write(engine, records[::-1], keys[::-1], values[::-1])
+    vectors = _random_vectors(records, 384)
+    vectors["Book 0"][0] = np.float32(1e-38)  # extreme values survive too
+    vectors["About 1"][1] = np.float32(-3.4e38)
+    _generation(engine, records[::-1], vectors)
 
     with Session(engine) as session:
         index = store.load_index(session=session, model="m")
         assert index.ids == [r.id for r in records]  # id order, whatever the write order
-        assert set(index.keys) == {"title", "description"}
-        assert np.array_equal(index.keys["description"], keys)
-        assert np.array_equal(index.keys["title"], -keys)
-        assert np.array_equal(index.values, values)
-        for k in index.keys.values():
-            assert k.dtype == np.float32 and k.flags.c_contiguous
+        assert index.generation == store.active_generation_id(session=session) == 1
+        for f in ("title", "description"):
+            expected = np.stack([vectors[batches.field_texts(r)[f]] for r in records])
+            assert np.array_equal(index.keys[f], expected)
+            assert index.keys[f].dtype == np.float32 and index.keys[f].flags.c_contiguous
+        assert index.values is index.keys["description"]  # V = K, one array
         assert index.titles[3] == "Book 3"
         assert index.authors[3] == ["Author 3", "Co Author"]
         assert index.years[3] == 1993 and index.languages[3] == "eng"
-        row = session.scalars(select(BookVector).where(BookVector.book_id == "b002")).first()
-        assert row is not None
-        assert (row.model, row.dim, row.dtype) == ("m", 384, "float32")
+        vector = session.scalars(select(Vector)).first()
+        assert vector is not None and (vector.model, vector.dim, vector.dtype) == (
+            "m",
+            384,
+            "float32",
+        )
         book = store.get_book(session=session, book_id="b002")
         assert book is not None and book.extra == {"publisher": "P", "rating": 4.5, "tags": ["x"]}
         assert store.count_books(session=session) == 7
 
 
-def test_upsert_replaces_books_and_vectors(engine: Engine) -> None:
-    records = _records(3)
-    _write(engine, records, np.ones((3, 4), np.float32), np.ones((3, 4), np.float32))
-    changed = [CatalogRecord(id="b001", title="Renamed", authors=[], year=None)]
-    _write(engine, changed, np.full((1, 4), 2, np.float32), np.full((1, 4), 3, np.float32))
+def test_a_reindex_writes_only_what_changed_and_keeps_the_old_generation(engine: Engine) -> None:
+    records = _records(4)
+    vectors = _random_vectors(records, 8)
+    first = _generation(engine, records, vectors)
+    assert (first.added, first.unchanged, len(first.to_embed)) == (4, 0, 8)
+
+    changed = list(records)
+    changed[1] = replace(records[1], title="Renamed")  # a new title key
+    changed[2] = replace(records[2], year=None)  # metadata only: no new vector
+    del changed[3]  # removed
+    vectors["Renamed"] = np.full(8, 7, np.float32)
+    second = _generation(engine, changed, vectors)
+    assert (second.added, second.updated, second.unchanged) == (0, 2, 1)
+    assert second.to_embed == {store.content_hash("m", "Renamed"): "Renamed"}
+
     with Session(engine) as session:
-        index = store.load_index(session=session, model="m")
-        assert len(index) == 3
-        assert index.titles[1] == "Renamed" and index.years[1] is None and index.authors[1] == []
-        assert index.keys["description"][1].tolist() == [2, 2, 2, 2]
-        assert index.keys["title"][1].tolist() == [-2, -2, -2, -2]
-        assert index.values[1].tolist() == [3, 3, 3, 3]
-        assert index.keys["description"][0].tolist() == [1, 1, 1, 1]
+        assert session.scalar(select(func.count()).select_from(Book)) == 4 + 2
+        states = {g: st for g, st in session.execute(select(Generation.id, Generation.state))}
+        assert states == {1: "retired", 2: "active"}
+        g2 = session.get_one(Generation, 2)
+        assert (g2.books, g2.added, g2.updated, g2.removed) == (3, 0, 2, 1)
+        now = store.load_index(session=session, model="m")
+        assert now.ids == ["b000", "b001", "b002"] and now.generation == 2
+        assert now.titles[1] == "Renamed" and now.years[2] is None
+        assert np.array_equal(now.keys["title"][1], vectors["Renamed"])
+        before = store.load_index(session=session, model="m", generation=1)  # still there
+        assert before.ids == [r.id for r in records] and before.titles[1] == "Book 1"
+        assert store.get_book(session=session, book_id="b003") is None
+        old = store.get_book(session=session, book_id="b003", generation=1)
+        assert old is not None and old.title == "Book 3"
+
+        diff = store.load_diff(session=session, model="m", since=1, until=2)
+        assert sorted(diff.removed) == ["b001", "b002", "b003"]
+        assert diff.added.ids == ["b001", "b002"]
+        merged = store.apply_diff(before, diff)
+        assert merged.ids == now.ids and merged.titles == now.titles
+        assert merged.years == now.years and merged.generation == 2
+        for f in now.keys:
+            assert np.array_equal(merged.keys[f], now.keys[f])
+        assert merged.values is merged.keys["description"]
+
+
+def test_a_generation_that_changes_nothing_is_discarded(engine: Engine) -> None:
+    records = _records(3)
+    vectors = _random_vectors(records, 4)
+    _generation(engine, records, vectors)
+    again = _generation(engine, records, vectors)
+    assert (again.unchanged, again.changes, again.to_embed) == (3, [], {})
+    with Session(engine) as session:
+        assert session.scalars(select(Generation.id)).all() == [1]
+        assert store.active_generation_id(session=session) == 1
+
+
+def test_abandon_restores_the_rows_a_building_generation_closed(engine: Engine) -> None:
+    records = _records(3)
+    vectors = _random_vectors(records, 4)
+    _generation(engine, records, vectors)
+    with Session(engine) as session, session.begin():
+        g, resumed = generations.begin(session=session, model="m", catalog="c")
+        assert not resumed and g.id == 2
+        plan = batches.plan_batch(
+            session=session, records=[replace(records[0], year=1)], model="m", generation=g.id
+        )
+        batches.write_batch(session=session, plan=plan, vectors={})
+        batches.remove_books(session=session, generation=g.id, book_ids=["b002"])
+    with Session(engine) as session, session.begin():
+        building, resumed = generations.begin(session=session, model="m", catalog="c")
+        assert resumed and building.id == 2  # same model: the crashed build is resumed
+        assert store.count_books(session=session, generation=2) == 2
+        assert store.load_index(session=session, model="m").generation == 1  # not active yet
+        generations.abandon(session=session, generation=building, error="test")
+    with Session(engine) as session:
+        assert session.scalar(select(func.count()).select_from(Book)) == 3
+        assert session.scalar(select(func.count()).where(Book.valid_to.is_not(None))) == 0
+        assert session.get_one(Generation, 2).state == "failed"
 
 
 def test_load_index_only_takes_the_asked_model(engine: Engine) -> None:
-    records = _records(4)
-    _write(engine, records, np.ones((4, 4), np.float32), np.ones((4, 4), np.float32), model="a")
-    _write(engine, records[:1], np.ones((1, 8), np.float32), np.ones((1, 8), np.float32), model="b")
+    records = _records(2)
+    _generation(engine, records, _random_vectors(records, 4), model="a")
     with Session(engine) as session:
-        assert store.load_index(session=session, model="a").ids == ["b001", "b002", "b003"]
-        b = store.load_index(session=session, model="b")
-        assert b.ids == ["b000"] and b.keys["title"].shape == (1, 8)
-        empty = store.load_index(session=session, model="c")
-        assert len(empty) == 0 and empty.keys["description"].shape == (0, 0)
+        assert len(store.load_index(session=session, model="a")) == 2
+        empty = store.load_index(session=session, model="b")
+        assert len(empty) == 0 and empty.keys["description"].shape[0] == 0
 
 
-def test_vector_hashes_and_delete_cascades(engine: Engine) -> None:
-    records = _records(3)
-    _write(engine, records, np.ones((3, 4), np.float32), np.ones((3, 4), np.float32))
-    with Session(engine) as session, session.begin():
-        hashes = store.vector_hashes(session=session, book_ids=["b000", "b002", "nope"])
-        assert hashes[("b000", "key", "title")] == "hb000keytitle"
-        assert hashes[("b002", "value", "description")] == "hb002valuedescription"
-        assert {book_id for book_id, _, _ in hashes} == {"b000", "b002"} and len(hashes) == 6
-        assert store.delete_books(session=session, book_ids=["b000"]) == 1
+def test_an_empty_database_loads_an_empty_index(engine: Engine) -> None:
     with Session(engine) as session:
-        left = session.scalars(select(BookVector.book_id).distinct()).all()
-        assert sorted(left) == ["b001", "b002"]
+        index = store.load_index(session=session, model="m")
+        assert len(index) == 0 and index.generation is None
+        assert store.get_book(session=session, book_id="x") is None
+
+
+def test_one_writer_at_a_time(engine: Engine) -> None:
+    with (
+        generations.writer_lock(engine),
+        pytest.raises(generations.IndexBusyError, match="another indexer"),
+        generations.writer_lock(engine),
+    ):
+        pass
+    with generations.writer_lock(engine):  # released
+        pass
 
 
 def test_metadata_round_trip(engine: Engine) -> None:
@@ -140,41 +209,12 @@ def test_stored_bytes_are_little_endian_float32() -> None:
         store.from_bytes(data, 4)
 
 
-def test_content_hash_depends_on_model_and_text() -> None:
+def test_content_and_record_hashes_depend_on_model_and_content() -> None:
     h = store.content_hash("m", "text")
     assert h == store.content_hash("m", "text") and len(h) == 64
     assert h != store.content_hash("m2", "text")
     assert h != store.content_hash("m", "text ")
-
-
-def test_values_equal_to_keys_are_loaded_once(engine: Engine) -> None:
-    records = _records(3)
-    vectors = np.arange(12, dtype=np.float32).reshape(3, 4)
-    _write(engine, records, vectors, vectors.copy())
-    with Session(engine) as session:
-        index = store.load_index(session=session, model="m")
-        assert index.values is index.keys["description"]
-        assert np.array_equal(index.keys["description"], vectors)
-    _write(engine, records[:1], vectors[:1], vectors[:1] + 1)
-    with Session(engine) as session:
-        index = store.load_index(session=session, model="m")
-        assert index.values is not index.keys
-        assert np.array_equal(index.values[0], vectors[0] + 1)
-
-
-def test_a_book_missing_a_field_is_not_loaded_and_old_fields_are_dropped(engine: Engine) -> None:
-    records = _records(2)
-    vectors = np.ones((2, 4), np.float32)
-    _write(engine, records, vectors, vectors)
-    with Session(engine) as session, session.begin():
-        old = store.VectorRow("b000", "key", "text", "h", vectors[0])
-        store.write_vectors(session=session, rows=[old], model="m")
-        session.execute(
-            delete(BookVector).where(BookVector.book_id == "b001", BookVector.field == "title")
-        )
-    with Session(engine) as session, session.begin():
-        assert store.load_index(session=session, model="m").ids == ["b000"]
-        store.delete_other_fields(session=session, book_ids=["b000"], fields=store.KEY_FIELDS)
-    with Session(engine) as session:
-        hashes = store.vector_hashes(session=session, book_ids=["b000"])
-        assert ("b000", "key", "text") not in hashes and len(hashes) == 3
+    r = _records(1)[0]
+    assert store.record_hash("m", r) != store.record_hash("m2", r)
+    assert store.record_hash("m", r) != store.record_hash("m", replace(r, year=1))
+    assert store.record_hash("m", r) == store.record_hash("m", replace(r, line=99))

@@ -18,7 +18,11 @@ router = APIRouter(tags=["health"])
 def healthz(ranker: RankerDep) -> Health:
     """The process is up and holds the index in memory."""
     return Health(
-        status="ok", catalog_size=len(ranker), model=ranker.model, device=str(ranker.device)
+        status="ok",
+        catalog_size=len(ranker),
+        model=ranker.model,
+        device=str(ranker.device),
+        generation=ranker.generation,
     )
 
 

@@ -1,0 +1,101 @@
+"""Keeping a running service on the active generation.
+
+A thread polls the active generation's id every `poll_s` seconds (one indexed query). When it
+changed, only the diff is read (rows that start or end between the two generations), folded
+into the host copy of the index, and a new `Ranker` is built beside the serving one; the
+searcher then switches to it with one attribute assignment, so every search is answered by
+one whole generation, never a mix. The host copy (fp32, every field) is what makes diffs
+possible; it costs as much memory again as the keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from indexer import store
+from indexer.store import LoadedIndex
+from service.ranker import Ranker
+from service.searcher import Searcher
+
+logger = logging.getLogger(__name__)
+
+
+class GenerationWatcher:
+    """Swaps the searcher's ranker to each newly activated generation."""
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        searcher: Searcher,
+        index: LoadedIndex,
+        build: Callable[[LoadedIndex, Session], Ranker],
+        poll_s: float,
+    ):
+        self.engine = engine
+        self.searcher = searcher
+        self.index = index
+        self.build = build
+        self.poll_s = poll_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def generation(self) -> int | None:
+        return self.index.generation
+
+    def start(self) -> None:
+        if self.poll_s <= 0:
+            return
+        self._thread = threading.Thread(target=self._loop, name="attend-generations", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.check()
+            except Exception:  # a database hiccup must not end the polling
+                logger.exception("checking for a new index generation failed")
+
+    def check(self) -> bool:
+        """Swap to the active generation if it is not the one served; True if it swapped."""
+        with self._lock:
+            t0 = time.perf_counter()
+            old = self.index
+            with Session(self.engine) as session:
+                g = store.active_generation_id(session=session)
+                if g is None or g == old.generation:
+                    return False
+                if old.generation is None or g < old.generation:
+                    index = store.load_index(session=session, model=old.model, generation=g)
+                    how = "full load"
+                else:
+                    diff = store.load_diff(
+                        session=session, model=old.model, since=old.generation, until=g
+                    )
+                    index = store.apply_diff(old, diff)
+                    how = f"diff: {len(diff.added)} rows in, {len(diff.removed)} out"
+                ranker = self.build(index, session)
+            self.searcher.ranker = ranker  # atomic: a batch reads the attribute once
+            self.index = index
+            logger.info(
+                "serving generation %d (%d books; %s) after %.2f s",
+                g,
+                len(index),
+                how,
+                time.perf_counter() - t0,
+            )
+            return True
