@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from sqlalchemy import ColumnElement, Table, and_, false, func, or_, select
@@ -24,6 +24,7 @@ from indexer.schema import ACTIVE, Book, BookVector, Generation, IndexMetadata, 
 
 DTYPE = "float32"
 _NP_DTYPE = np.dtype("<f4")
+_ID_CHUNK = 2000  # vector ids per IN (...) list
 KEY_FIELDS = ("title", "description")  # one key per field and book
 VALUE_FIELD = "description"  # the field whose vector is also the book's value
 
@@ -187,86 +188,77 @@ def _load(
     fields: Sequence[str],
     value_field: str,
 ) -> LoadedIndex:
-    keys_of = {f: (aliased(BookVector), aliased(Vector)) for f in fields}
-    value_link, value = aliased(BookVector), aliased(Vector)
+    """Two steps, so no plan ever joins `vectors` on anything but its primary key: the rows
+    with the ids of their vectors (primary-key lookups in `version_vectors`), then the vectors
+    themselves by id, each distinct one read once, straight into preallocated (N, d) arrays."""
+    slots = [*(("key", f) for f in fields), ("value", value_field)]
+    links = [aliased(BookVector) for _ in slots]
     stmt = select(
-        Book.id,
-        Book.title,
-        Book.authors,
-        Book.year,
-        Book.language,
-        value.id,
-        value.dim,
-        value.data,
-        *(v.id for _, v in keys_of.values()),
-        *(v.dim for _, v in keys_of.values()),
-        *(v.data for _, v in keys_of.values()),
+        Book.id, Book.title, Book.authors, Book.year, Book.language, *(a.vector_id for a in links)
     )
-    for (f, role), (link, vector) in (
-        *(((f, "key"), lv) for f, lv in keys_of.items()),
-        ((value_field, "value"), (value_link, value)),
-    ):
+    for (role, f), link in zip(slots, links, strict=True):
         stmt = stmt.join(
             link, (link.version_id == Book.row_id) & (link.role == role) & (link.field == f)
-        ).join(vector, (vector.id == link.vector_id) & (vector.model == model))
+        )
     stmt = stmt.where(where if where is not None else false()).order_by(Book.id)
-    # Rows go straight into preallocated (N, d) arrays, so loading never holds the catalog's
-    # vectors twice; the count is a hint (an indexer may commit between the two statements).
-    capacity = session.scalar(select(func.count()).select_from(stmt.subquery())) or 0
-    dims = set(session.scalars(select(Vector.dim).where(Vector.model == model).distinct().limit(2)))
-    if len(dims) > 1:
-        raise ValueError(f"vectors of model {model!r} have mixed dimensions {sorted(dims)}")
-    d = dims.pop() if dims else 0
-    keys = {f: np.empty((capacity, d), _NP_DTYPE) for f in fields}
-    shared = keys.get(value_field)  # the value field's keys, which V usually equals
-    values: np.ndarray | None = None  # allocated at the first value that differs from its key
-    ids: list[str] = []
-    titles: list[str] = []
-    authors: list[list[str]] = []
-    years: list[int | None] = []
-    languages: list[str | None] = []
-    n, nf = capacity, len(fields)
-    for i, row in enumerate(session.execute(stmt.execution_options(yield_per=10_000))):
-        if i == n:  # more rows than counted
-            keys = {f: _grow(a) for f, a in keys.items()}
-            shared = keys.get(value_field)
-            values = None if values is None else _grow(values)
-            n = len(next(iter(keys.values())))
-        ids.append(row[0])
-        titles.append(row[1])
-        authors.append(list(row[2] or []))
-        years.append(row[3])
-        languages.append(row[4])
-        value_id: int = row[5]
-        key_ids = dict(zip(fields, cast("tuple[int, ...]", row[8 : 8 + nf]), strict=True))
-        for j, f in enumerate(fields):
-            keys[f][i] = from_bytes(row[8 + 2 * nf + j], row[8 + nf + j])  # type: ignore[arg-type]
-        if values is None and (shared is None or value_id != key_ids[value_field]):
-            values = np.empty((n, d), _NP_DTYPE) if shared is None else shared.copy()
-        if values is not None:
-            values[i] = from_bytes(row[7], row[6])
-    if len(ids) < n:  # fewer rows than counted
-        keys = {f: a[: len(ids)].copy() for f, a in keys.items()}
-        values = None if values is None else values[: len(ids)].copy()
+    rows = session.execute(stmt).all()
+    ids = [r[0] for r in rows]
+    vector_ids = np.array([r[5:] for r in rows], dtype=np.int64).reshape(len(rows), len(slots))
+    wanted = np.unique(vector_ids)  # sorted
+    d = 0
+    keys = {f: np.empty((len(rows), 0), _NP_DTYPE) for f in fields}
+    shared = value_field in fields and bool(
+        np.all(vector_ids[:, -1] == vector_ids[:, list(fields).index(value_field)])
+    )
+    values: np.ndarray | None = None  # stays None when V = K: the value field's keys array
+    targets = [keys[f] for f in fields]
+    order = [np.argsort(vector_ids[:, j], kind="stable") for j in range(len(slots))]
+    ordered = [vector_ids[order[j], j] for j in range(len(slots))]
+    bad: list[int] = []  # ids of vectors of another model
+    for i in range(0, len(wanted), _ID_CHUNK):
+        chunk = wanted[i : i + _ID_CHUNK]
+        found = session.execute(
+            select(Vector.id, Vector.model, Vector.dim, Vector.data).where(
+                Vector.id.in_([int(v) for v in chunk])
+            )
+        ).all()
+        if not d and found:
+            d = found[0][2]
+            keys = {f: np.zeros((len(rows), d), _NP_DTYPE) for f in fields}
+            values = None if shared else np.zeros((len(rows), d), _NP_DTYPE)
+            targets = [keys[f] for f in fields] + ([] if values is None else [values])
+        table = np.zeros((len(chunk), d), _NP_DTYPE)  # (chunk, d), in `chunk`'s order
+        for vid, vmodel, dim, data in found:
+            if vmodel != model:
+                bad.append(vid)
+                continue
+            if dim != d:
+                raise ValueError(f"vectors of model {model!r} have mixed dimensions {d}, {dim}")
+            table[np.searchsorted(chunk, vid)] = from_bytes(data, dim)
+        for j, target in enumerate(targets):  # the value slot is last, absent when V = K
+            lo = np.searchsorted(ordered[j], chunk[0], side="left")
+            hi = np.searchsorted(ordered[j], chunk[-1], side="right")
+            target[order[j][lo:hi]] = table[np.searchsorted(chunk, ordered[j][lo:hi])]
+    ok = ~np.isin(vector_ids, bad).any(axis=1) if bad else np.ones(len(rows), dtype=bool)
+    if not ok.all():
+        keep = np.flatnonzero(ok)
+        rows = [rows[int(i)] for i in keep]
+        ids = [ids[int(i)] for i in keep]
+        keys = {f: np.ascontiguousarray(k[keep]) for f, k in keys.items()}
+        values = None if values is None else np.ascontiguousarray(values[keep])
     if values is None:  # every value is its key's vector (the indexer's V = K): half the memory
         values = keys[value_field] if value_field in keys else np.empty((len(ids), d), _NP_DTYPE)
     return LoadedIndex(
         ids=ids,
-        titles=titles,
-        authors=authors,
-        years=years,
-        languages=languages,
+        titles=[r[1] for r in rows],
+        authors=[list(r[2] or []) for r in rows],
+        years=[r[3] for r in rows],
+        languages=[r[4] for r in rows],
         keys=keys,
         values=values,
         model=model,
         generation=generation,
     )
-
-
-def _grow(a: np.ndarray) -> np.ndarray:
-    bigger = np.empty((max(2 * len(a), 1024), a.shape[1]), a.dtype)
-    bigger[: len(a)] = a
-    return bigger
 
 
 def get_book(*, session: Session, book_id: str, generation: int | None = None) -> Book | None:

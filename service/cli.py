@@ -76,7 +76,7 @@ class ProgressBar:
     def __init__(self) -> None:
         from tqdm import tqdm
 
-        self._bar = tqdm(total=0, unit="book", dynamic_ncols=True, desc="validating")
+        self._bar = tqdm(total=0, unit="book", desc="validating")
 
     def update(self, p: pipeline.ProgressSnapshot) -> None:
         if p.state == "indexing":

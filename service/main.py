@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from indexer import store
 from indexer.db import SchemaError, create_db_engine, ensure_schema
+from indexer.pipeline import ProgressSnapshot
 from indexer.settings import CommonSettings, IndexSettings
 from models.device import pick_device
 from models.encoder import Encoder, SentenceTransformerEncoder, pick_backend
@@ -28,7 +29,7 @@ from service.errors import install_error_handlers
 from service.explainer import Explainer
 from service.guards import BodySizeLimit, Utf8Url
 from service.jobs import ReindexJobs
-from service.metrics import Metrics
+from service.metrics import GaugeReader, Metrics
 from service.ranker import Ranker
 from service.reloader import GenerationWatcher
 from service.routes import admin, books, explain, health, page, recommend, search
@@ -147,6 +148,41 @@ def add_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics) ->
     app.add_middleware(RequestTelemetry, metrics=metrics)
 
 
+def add_generation_gauges(app: FastAPI, metrics: Metrics) -> None:
+    """The generation served, and the running (or last) re-index job's progress."""
+
+    def served() -> int | None:
+        searcher: Searcher | None = getattr(app.state, "searcher", None)
+        return None if searcher is None else searcher.ranker.generation
+
+    def progress() -> ProgressSnapshot | None:
+        jobs: ReindexJobs | None = getattr(app.state, "jobs", None)
+        return None if jobs is None else jobs.status()
+
+    def field(name: str) -> GaugeReader:
+        return lambda: None if (p := progress()) is None else getattr(p, name)
+
+    metrics.gauge("attend_index_generation", "The index generation being served.", served)
+    metrics.gauge(
+        "attend_reindex_running",
+        "1 while an admin re-index job runs, else 0.",
+        lambda: (
+            None
+            if (p := progress()) is None
+            else float(p.state in ("validating", "indexing", "finishing"))
+        ),
+    )
+    metrics.gauge(
+        "attend_reindex_books_total", "Books in the re-index job's catalog.", field("total")
+    )
+    metrics.gauge(
+        "attend_reindex_books_done", "Books the re-index job has processed.", field("done")
+    )
+    metrics.gauge(
+        "attend_reindex_texts_embedded", "Texts the re-index job embedded.", field("embedded")
+    )
+
+
 def _catalog_size(app: FastAPI) -> int | None:
     searcher: Searcher | None = getattr(app.state, "searcher", None)
     return None if searcher is None else len(searcher.ranker)
@@ -235,6 +271,7 @@ def create_app(
     metrics.gauge(
         "attend_catalog_books", "Books whose keys are loaded.", lambda: _catalog_size(app)
     )
+    add_generation_gauges(app, metrics)
     install_error_handlers(app)
     add_middleware(app, settings, metrics)
     app.include_router(page.router)

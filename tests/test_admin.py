@@ -131,6 +131,14 @@ def test_reindex_runs_in_the_background_one_job_at_a_time(
     assert done["progress"]["done"] == 5
     after = client.get("/search", params={"q": "fisherman sea"}).json()
     assert after["generation"] == 2 and after["catalog_size"] == 5
+    metrics = client.get("/metrics").text
+    for line in (
+        "attend_index_generation 2.0",
+        "attend_reindex_running 0.0",
+        "attend_reindex_books_total 5.0",
+        "attend_reindex_books_done 5.0",
+    ):
+        assert line in metrics.splitlines(), line
 
 
 def test_reindex_from_an_uploaded_file(admin: tuple[TestClient, GatedEncoder]) -> None:
