@@ -23,6 +23,8 @@ INJECTIONS = [
     "' OR 1=1 --",
     '" OR ""="',
     "1; DELETE FROM book_vectors",
+    "'; DROP TABLE book_versions; --",
+    "1; DELETE FROM vectors",
     "x' UNION SELECT id, title FROM books --",
     "%' OR title LIKE '%",
     "\\'; SELECT pg_sleep(5); --",
@@ -59,11 +61,13 @@ def client(engine: Engine, tmp_path: Path) -> Iterator[TestClient]:
 
 
 def _database_is_intact(engine: Engine) -> None:
-    assert {"books", "book_vectors"} <= set(inspect(engine).get_table_names())
+    tables = {"generations", "book_versions", "version_vectors", "vectors"}
+    assert tables <= set(inspect(engine).get_table_names())
     with engine.connect() as conn:
-        assert conn.scalar(text("SELECT count(*) FROM books")) == len(BOOKS)
-        assert conn.scalar(text("SELECT count(*) FROM book_vectors")) > 0
-        titles = set(conn.scalars(text("SELECT title FROM books")))
+        assert conn.scalar(text("SELECT count(*) FROM book_versions")) == len(BOOKS)
+        assert conn.scalar(text("SELECT count(*) FROM version_vectors")) == 3 * len(BOOKS)
+        assert conn.scalar(text("SELECT count(*) FROM vectors")) > 0
+        titles = set(conn.scalars(text("SELECT title FROM book_versions")))
     assert titles == {b["title"] for b in BOOKS}
 
 
