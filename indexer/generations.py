@@ -27,6 +27,9 @@ from indexer.schema import ACTIVE, BUILDING, FAILED, RETIRED, Book, Generation
 logger = logging.getLogger(__name__)
 
 _ADVISORY_KEY = 0x41_74_74_65_6E_64  # "Attend"
+# PostgreSQL channel a switch notifies (service/notify.py listens): delivered on commit only,
+# so a replica never hears of a generation it could not yet read.
+NOTIFY_CHANNEL = "attend_generations"
 
 
 class IndexBusyError(RuntimeError):
@@ -145,6 +148,11 @@ def finish(*, session: Session, generation: Generation, rejected: int = 0) -> Co
     generation.added, generation.updated = counts.added, counts.updated
     generation.removed, generation.rejected = counts.removed, rejected
     generation.finished_at = datetime.now(UTC)
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(
+            text("SELECT pg_notify(:channel, :generation)"),
+            {"channel": NOTIFY_CHANNEL, "generation": str(generation.id)},
+        )
     return counts
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -24,14 +25,14 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from indexer import batches, generations, store
-from indexer.batches import FIELDS, VALUE_FIELD, field_texts
+from indexer.batches import FIELDS, VALUE_FIELD, BatchPlan, field_texts
 from indexer.catalog import CatalogError, CatalogRecord, InvalidRow, scan_catalog
 from indexer.db import ensure_schema
 from indexer.schema import Generation
 from indexer.settings import IndexSettings
 from models.encoder import Encoder
 
-__all__ = ["FIELDS", "VALUE_FIELD", "IndexReport", "Progress", "field_texts", "run"]
+__all__ = ["FIELDS", "VALUE_FIELD", "Embedder", "IndexReport", "Progress", "field_texts", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +125,23 @@ def embed(texts: dict[str, str], encoder: Encoder) -> dict[str, np.ndarray]:
     return dict(zip(texts, vectors, strict=True))
 
 
+# Plans in; out, in the same order, each plan with a vector for every text of its `to_embed`
+# and how many of those were embedded for it (a text two plans share is embedded once):
+# `local_embedder` here, or indexer/ray_embed.py's on a Ray cluster.
+Embedder = Callable[[Iterator[BatchPlan]], Iterator[tuple[BatchPlan, dict[str, np.ndarray], int]]]
+
+
+def local_embedder(encoder: Encoder) -> Embedder:
+    """Each batch's texts in one call of `encoder`, in this process."""
+
+    def run(plans: Iterator[BatchPlan]) -> Iterator[tuple[BatchPlan, dict[str, np.ndarray], int]]:
+        for plan in plans:
+            vectors = embed(plan.to_embed, encoder)
+            yield plan, vectors, len(vectors)
+
+    return run
+
+
 def run(
     settings: IndexSettings,
     *,
@@ -133,9 +151,11 @@ def run(
     skip_invalid: bool = False,
     keep_missing: bool = False,
     progress: Progress | None = None,
+    embedder: Embedder | None = None,
 ) -> IndexReport:
     """Index the catalog at `path` as the next generation. Nothing is written when it has a bad
-    row, unless `skip_invalid`. Raises `generations.IndexBusyError` if another writer runs."""
+    row, unless `skip_invalid`. Raises `generations.IndexBusyError` if another writer runs.
+    `embedder` replaces `encoder` for the embedding (`encoder` still names the model)."""
     progress = progress or Progress()
     t0 = time.perf_counter()
     progress.update(state="validating", started=time.monotonic(), finished=None)
@@ -156,6 +176,7 @@ def run(
                 report=report,
                 keep_missing=keep_missing,
                 progress=progress,
+                embedder=embedder or local_embedder(encoder),
             )
     except BaseException:
         progress.update(state="failed", finished=time.monotonic())
@@ -188,6 +209,7 @@ def _build(
     report: IndexReport,
     keep_missing: bool,
     progress: Progress,
+    embedder: Embedder,
 ) -> None:
     with Session(engine) as session, session.begin():
         building, report.resumed = generations.begin(
@@ -196,21 +218,27 @@ def _build(
         g = building.id
     progress.update(state="indexing", total=report.books, done=0, embedded=0, generation=g)
     seen: set[str] = set()
-    for batch in batched(_valid(path), settings.batch_size):
-        with Session(engine) as session:
-            plan = batches.plan_batch(
-                session=session, records=batch, model=encoder.name, generation=g
-            )
-        # Embedded before the write transaction opens: a SQLite writer lock is then held for
-        # the writes only, and searches on a service never wait for the encoder.
-        vectors = embed(plan.to_embed, encoder)
+    planned: deque[list[str]] = deque()  # each planned batch's ids, until it is written
+
+    def plans() -> Iterator[BatchPlan]:
+        for batch in batched(_valid(path), settings.batch_size):
+            with Session(engine) as session:
+                plan = batches.plan_batch(
+                    session=session, records=batch, model=encoder.name, generation=g
+                )
+            planned.append([r.id for r in batch])
+            yield plan
+
+    # Embedded before the write transaction opens: a SQLite writer lock is then held for the
+    # writes only, and searches on a service never wait for the encoder.
+    for plan, vectors, embedded in embedder(plans()):
         with Session(engine) as session, session.begin():
             batches.write_batch(session=session, plan=plan, vectors=vectors)
-        seen.update(r.id for r in batch)
+        seen.update(planned.popleft())
         report.added += plan.added
         report.updated += plan.updated
         report.unchanged += plan.unchanged
-        report.embedded += len(vectors)
+        report.embedded += embedded
         progress.update(done=len(seen), embedded=report.embedded)
     progress.update(state="finishing")
     with Session(engine) as session, session.begin():

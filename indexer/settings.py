@@ -46,7 +46,8 @@ class CommonSettings(BaseSettings):
     engine: Engine = Field(
         "local",
         description="local (this process) or ray (a Ray cluster; needs `pip install "
-        "'attend[ray]'`): `attend serve` as shards on Ray Serve.",
+        "'attend[ray]'`): `attend serve` as shards on Ray Serve, `attend index` embedding on Ray "
+        "Data actors.",
     )
     ray_address: str | None = Field(
         None,
@@ -66,4 +67,11 @@ class IndexSettings(CommonSettings):
     )
     batch_size: int = Field(
         256, ge=1, le=100_000, description="Books per transaction: a crash loses at most one batch."
+    )
+    ray_workers: int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="`attend index --engine ray`: encoder actors; 0 is one per GPU of the "
+        "cluster, or one CPU actor when it has none.",
     )

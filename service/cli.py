@@ -6,7 +6,9 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from functools import partial
 
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
@@ -26,21 +28,25 @@ logger = logging.getLogger("attend")
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    settings = (
-        IndexSettings() if args.batch_size is None else IndexSettings(batch_size=args.batch_size)
+    options = ("batch_size", "engine", "ray_address", "ray_workers")
+    settings = IndexSettings(
+        **{k: getattr(args, k) for k in options if getattr(args, k, None) is not None}
     )
     engine = db.create_db_engine(settings.database_url)
     bar = ProgressBar() if sys.stderr.isatty() else None
     try:
-        report = pipeline.run(
-            settings,
-            engine=engine,
-            encoder=build_encoder(settings),
-            path=args.path,
-            skip_invalid=args.skip_invalid,
-            keep_missing=args.keep_missing,
-            progress=pipeline.Progress(bar.update if bar else _log_progress),
-        )
+        encoder = build_encoder(settings)
+        with _embedder(settings, encoder.name) as embedder:
+            report = pipeline.run(
+                settings,
+                engine=engine,
+                encoder=encoder,
+                path=args.path,
+                skip_invalid=args.skip_invalid,
+                keep_missing=args.keep_missing,
+                progress=pipeline.Progress(bar.update if bar else _log_progress),
+                embedder=embedder,
+            )
     except CatalogError as e:
         sys.stderr.write(
             f"attend index: {e}\nnothing was written; --skip-invalid indexes the valid rows\n"
@@ -68,6 +74,27 @@ def cmd_index(args: argparse.Namespace) -> int:
         f"{' (resumed an interrupted run)' if report.resumed else ''} -> {where!r}\n"
     )
     return 0
+
+
+@contextmanager
+def _embedder(settings: IndexSettings, model: str) -> Iterator[pipeline.Embedder | None]:
+    """None (embed in this process), or with the ray engine Ray Data actors on a Ray cluster
+    (`settings.ray_address`, else a local Ray for the run)."""
+    if settings.engine != "ray":
+        yield None
+        return
+    try:
+        from indexer import ray_embed
+    except ImportError as e:
+        raise RayMissingError(f"the ray engine needs pip install 'attend[ray]' ({e})") from e
+    with ray_embed.ray_session(settings.ray_address):
+        yield partial(
+            ray_embed.embed_plans, settings=settings, model=model, workers=settings.ray_workers
+        )
+
+
+class RayMissingError(RuntimeError):
+    pass
 
 
 class ProgressBar:
@@ -243,6 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep indexed books the catalog lacks (default: the catalog is a snapshot and "
         "they are removed)",
     )
+    p.add_argument(
+        "--engine", choices=["local", "ray"], help="local: this process (default); ray: Ray Data"
+    )
+    p.add_argument("--ray-address", help="ray engine: an existing cluster (default: local Ray)")
+    p.add_argument("--ray-workers", type=int, help="ray engine: encoder actors (default: per GPU)")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("delete", help="remove books by id (a new generation without them)")
@@ -292,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args))
-    except (db.SchemaError, CatalogError, ValidationError, IndexEmptyError) as e:
+    except (db.SchemaError, CatalogError, ValidationError, IndexEmptyError, RayMissingError) as e:
         sys.stderr.write(f"attend {args.command}: {e}\n")
         return 2
     except IndexBusyError as e:

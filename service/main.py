@@ -30,6 +30,7 @@ from service.explainer import Explainer
 from service.guards import BodySizeLimit, Utf8Url
 from service.jobs import ReindexJobs
 from service.metrics import GaugeReader, Metrics
+from service.notify import follow_generations
 from service.ranker import Ranker
 from service.reloader import GenerationWatcher
 from service.routes import admin, books, explain, health, page, recommend, search
@@ -245,16 +246,14 @@ def create_app(
             )
             app.state.watcher, app.state.jobs = watcher, jobs
             searcher.start()
-            if watcher is not None:
-                watcher.start()
+            stop_following = follow_generations(engine, watcher)
             app.state.searcher = searcher
             app.state.settings = settings
             app.state.explainer = Explainer(searcher.encoder, scale=settings.scale)
             try:
                 yield
             finally:
-                if watcher is not None:
-                    watcher.close()
+                stop_following()
                 jobs.close()
                 searcher.close()
         finally:
