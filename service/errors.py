@@ -138,6 +138,7 @@ def document_errors(app: FastAPI) -> None:
                 if "requestBody" in operation:
                     statuses["413"] = "The body is larger than ATTEND_MAX_BODY_BYTES."
                     statuses["415"] = "The body is not JSON."
+                    statuses["422"] = "The body is not valid for this operation."
                 for status, description in statuses.items():
                     responses.setdefault(status, {"description": description})
                 for status, response in responses.items():

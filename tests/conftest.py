@@ -150,20 +150,22 @@ def demo_database_url(
 ) -> Iterator[str]:
     """A database holding the demo catalog, indexed with the fake encoder, shared by the tests
     of a module (which must leave it as they found it)."""
+    with new_database(request.param, tmp_path_factory.mktemp("demo")) as url:
+        index_demo_catalog(url)
+        yield url
+
+
+def index_demo_catalog(url: str) -> None:
+    """Migrate the empty database at `url` and index the demo catalog into it (fake encoder)."""
     from indexer import pipeline
     from indexer.data import DEMO_CATALOG
     from indexer.settings import IndexSettings
 
-    with new_database(request.param, tmp_path_factory.mktemp("demo")) as url:
-        engine = db.create_db_engine(url)
-        try:
-            db.upgrade(engine)
-            pipeline.run(
-                IndexSettings(database_url=url),
-                engine=engine,
-                encoder=FakeEncoder(),
-                path=DEMO_CATALOG,
-            )
-        finally:
-            engine.dispose()
-        yield url
+    engine = db.create_db_engine(url)
+    try:
+        db.upgrade(engine)
+        pipeline.run(
+            IndexSettings(database_url=url), engine=engine, encoder=FakeEncoder(), path=DEMO_CATALOG
+        )
+    finally:
+        engine.dispose()
