@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -161,49 +162,37 @@ _ERROR_SCHEMA = {
 }
 
 
+# Domain errors whose message is the whole answer, by the status they answer with.
+_STATUS: dict[type[Exception], int] = {
+    BookNotFoundError: 404,
+    JobNotFoundError: 404,
+    JobRunningError: 409,
+    BadCatalogRequestError: 422,
+    KeysElsewhereError: 501,
+    IndexEmptyError: 503,
+    ExplanationUnavailableError: 503,
+    NotReadyError: 503,
+    ShardsOutOfStepError: 503,
+}
+
+
+def _detail_handler(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:
+    async def handle(_: Request, exc: Exception) -> Response:
+        return JSONResponse({"detail": str(exc)}, status_code=status)
+
+    return handle
+
+
 def install_error_handlers(app: FastAPI) -> None:
     document_errors(app)
 
-    @app.exception_handler(BookNotFoundError)
-    async def _not_found(_: Request, exc: BookNotFoundError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
-
-    @app.exception_handler(IndexEmptyError)
-    async def _empty(_: Request, exc: IndexEmptyError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
-
-    @app.exception_handler(ExplanationUnavailableError)
-    async def _no_explanations(_: Request, exc: ExplanationUnavailableError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
-
-    @app.exception_handler(KeysElsewhereError)
-    async def _keys_elsewhere(_: Request, exc: KeysElsewhereError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=501)
-
-    @app.exception_handler(NotReadyError)
-    async def _not_ready(_: Request, exc: NotReadyError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
-
-    @app.exception_handler(ShardsOutOfStepError)
-    async def _out_of_step(_: Request, exc: ShardsOutOfStepError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
+    for exc_type, status in _STATUS.items():
+        app.add_exception_handler(exc_type, _detail_handler(status))
 
     @app.exception_handler(AdminAuthError)
     async def _auth(_: Request, exc: AdminAuthError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
         return JSONResponse({"detail": str(exc)}, status_code=exc.status_code, headers=headers)
-
-    @app.exception_handler(JobRunningError)
-    async def _busy(_: Request, exc: JobRunningError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=409)
-
-    @app.exception_handler(JobNotFoundError)
-    async def _no_job(_: Request, exc: JobNotFoundError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
-
-    @app.exception_handler(BadCatalogRequestError)
-    async def _bad_catalog(_: Request, exc: BadCatalogRequestError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=422)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

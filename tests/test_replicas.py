@@ -11,15 +11,13 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
+from conftest import new_database
 from indexer.data import DEMO_CATALOG
 
 PG_URL = os.environ.get("ATTEND_TEST_POSTGRES_URL")
@@ -34,18 +32,9 @@ QUERY = "/search?q=quantum%20gardening%20for%20cats&k=3"
 
 
 @pytest.fixture
-def pg_database() -> Iterator[str]:
-    assert PG_URL
-    name = f"attend_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+def pg_database(tmp_path: Path) -> Iterator[str]:
+    with new_database("postgresql", tmp_path) as url:
+        yield url
 
 
 def _port() -> int:
