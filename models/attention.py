@@ -59,7 +59,7 @@ def attend(
     device = keys.device
     q = q.to(device=device, dtype=keys.dtype)
     kk = min(k, N)
-    top_logits = torch.full((B, kk), -math.inf, device=device)  # (B, k) running best
+    top_scores = torch.full((B, kk), -math.inf, device=device)  # (B, k) running best q·k
     top_idx = torch.full((B, kk), -1, dtype=torch.long, device=device)
     m = torch.full((B,), -math.inf, device=device)  # (B,) running max logit
     # Σ exp(logit − m) across chunks in float64: (B,) only, and the sum stays exact to ~1e-7
@@ -67,48 +67,48 @@ def attend(
     l = torch.zeros(B, device=device, dtype=torch.float64)  # (B,)
     acc = None if values is None else torch.zeros(B, values.shape[1], device=device)  # (B, d_v)
     matched = torch.zeros(B, dtype=torch.long, device=device)
-    # One logits buffer for every full chunk, updated in place: a fresh (B, C) tensor per op
+    # One scores buffer for every full chunk, updated in place: a fresh (B, C) tensor per op
     # costs more in allocation and page faults than the arithmetic on it.
     buf = torch.empty(B, min(C, N), device=device)  # (B, C)
 
     for start in range(0, N, C):
         kc = keys[start : start + C]  # (C, d)
         out = buf if len(kc) == buf.shape[1] else torch.empty(B, len(kc), device=device)
-        logits = _scores(q, kc, out=out).mul_(scale)  # (B, C) fp32
+        s = raw_scores(q, kc, out=out)  # (B, C) raw q·k, fp32
         if mask is not None:
             mc = mask[..., start : start + C]  # (C,) or (B, C)
-            logits.masked_fill_(~mc, -math.inf)
+            s.masked_fill_(~mc, -math.inf)
             matched += mc.sum(-1) if mc.dim() == 2 else mc.sum()
         else:
             matched += kc.shape[0]
 
-        # running top-k first (the exp below overwrites the logits): chunk's best ∪ best so far
-        c_logits, c_pos = logits.topk(min(kk, len(kc)), dim=-1)  # (B, ck), descending
-        top_logits, best = torch.cat([top_logits, c_logits], dim=-1).topk(kk, dim=-1)  # (B, k)
+        # running top-k by raw score (scale > 0 keeps the order; the winners' scores need no
+        # second look at their keys), before the exp below overwrites s: chunk's ∪ best so far
+        c_scores, c_pos = s.topk(min(kk, len(kc)), dim=-1)  # (B, ck), descending
+        top_scores, best = torch.cat([top_scores, c_scores], dim=-1).topk(kk, dim=-1)  # (B, k)
         top_idx = torch.cat([top_idx, c_pos + start], dim=-1).gather(1, best)
 
         # running log-sum-exp (and output), rescaled to the new max like flash-attention
-        m_new = torch.maximum(m, c_logits[:, 0])  # (B,) the chunk's max is its top-1
+        m_new = torch.maximum(m, c_scores[:, 0] * scale)  # (B,) the chunk's max is its top-1
         m_safe = torch.where(torch.isinf(m_new), 0.0, m_new)
         alpha = torch.exp(m - m_safe)  # (B,) 0 where m was −inf
-        p = logits.sub_(m_safe[:, None]).exp_()  # (B, C) exp(logit − m), in place
+        p = s.mul_(scale).sub_(m_safe[:, None]).exp_()  # (B, C) exp(logit − m), in place
         l = l * alpha.double() + p.sum(dim=-1).double()
         if acc is not None and values is not None:
             acc = acc * alpha[:, None] + p @ values[start : start + C].to(p.dtype)  # (B, d_v)
         m = m_new
 
     lse = torch.where(l > 0, m.double() + torch.log(l), -math.inf)  # (B,) float64
-    found = torch.isfinite(top_logits)  # (B, k) False for masked keys and padding
-    weights = torch.exp(top_logits.double() - torch.where(found, lse[:, None], 0.0))
+    found = torch.isfinite(top_scores)  # (B, k) False for masked keys and padding
+    logits = top_scores.double() * scale
+    weights = torch.exp(logits - torch.where(found, lse[:, None], 0.0))
     top_idx = torch.where(found, top_idx, -1)
-    # raw scores of the k winners only: (B, k, d) gathered, one dot product each
-    scores = torch.einsum("bd,bkd->bk", q.float(), keys[top_idx.clamp_min(0)].float())
     output = None
     if acc is not None:
         output = torch.where(l[:, None] > 0, acc / l.clamp_min(1e-300).float()[:, None], 0.0)
     return Attention(
         indices=top_idx,
-        scores=torch.where(found, scores, -math.inf),
+        scores=top_scores,  # −inf where not found already
         weights=torch.where(found, weights, 0.0).float(),
         logsumexp=lse,  # float64: shards' answers merge by it (models/sharded.py)
         matched=matched,
@@ -147,10 +147,12 @@ def _check(
     return scale, mask
 
 
-def _scores(q: Tensor, kc: Tensor, *, out: Tensor) -> Tensor:
-    """q kcᵀ (B, C) in float32, into `out` (fp32) where the device allows."""
+def raw_scores(q: Tensor, kc: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """q kcᵀ (B, C) in float32 for keys of any dtype, into `out` (fp32) where the device
+    allows."""
+    q = q.to(kc.dtype)
     if kc.dtype == torch.float32:
-        return torch.mm(q, kc.T, out=out)
+        return torch.mm(q, kc.T, out=out) if out is not None else q @ kc.T
     if kc.is_cuda:
         # half-precision keys stream at half the bytes; cuBLAS accumulates in fp32 and writes
         # fp32, so the scores are not rounded to fp16

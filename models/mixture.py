@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from models.attention import attend
+from models.attention import DEFAULT_CHUNK_SIZE, attend, raw_scores
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,18 @@ def mixture_topk(
     mask = None if mask is None else mask.to(dtype=torch.bool)
     kk = min(N, max(4 * k, k + 16))
     rounds = 0
+    ent = None
     while True:
         rounds += 1
         top, lse = _run_heads(heads, k=kk, mask=mask, chunk_size=chunk_size)
         cand = _union(top)  # (B, C)
-        scores, logp = _candidate_logp(heads, cand, lse, mask)  # (B, C, H) each
+        if entropy and ent is None:
+            # one more pass over the keys, which the entropy needs anyway, also yields the
+            # candidates' scores: cheaper than gathering their scattered keys
+            scores, ent = _sweep(heads, pi, lse=lse, mask=mask, cand=cand, chunk_size=chunk_size)
+        else:
+            scores = _gathered_scores(heads, cand)
+        logp = _candidate_logp(heads, scores, cand, lse, mask)  # (B, C, H)
         probs = logp.exp()
         w = (probs * pi[:, None, :]).sum(-1)  # (B, C)
         w = torch.where(cand >= 0, w, -1.0)
@@ -104,7 +111,6 @@ def mixture_topk(
     idx = torch.where(found, cand.gather(1, pos), -1)
     sel = pos[:, :, None].expand(-1, -1, H)
     p_sel = torch.where(found[:, :, None], probs.gather(1, sel), 0.0)
-    ent = _entropy(heads, pi, lse, mask, chunk_size) if entropy else None
     return Mixture(
         indices=idx,
         weights=torch.where(found, best_w, 0.0),
@@ -182,50 +188,68 @@ def _union(top: list[tuple[Tensor, Tensor]]) -> Tensor:
     return cand
 
 
-def _candidate_logp(
-    heads: list[Head], cand: Tensor, lse: Tensor, mask: Tensor | None
-) -> tuple[Tensor, Tensor]:
-    """Raw scores (B, C, H) and exact log p_h (B, C, H) float64 of each candidate."""
+def _gathered_scores(heads: list[Head], cand: Tensor) -> Tensor:
+    """Raw scores (B, C, H) float64 of each candidate, from its keys."""
     B, C = cand.shape
     safe = cand.clamp_min(0)
     scores = torch.empty(B, C, len(heads), dtype=torch.float64)
-    logits = torch.empty(B, C, len(heads), dtype=torch.float64)
     for h, head in enumerate(heads):
         if isinstance(head, DenseHead):
-            kc = head.keys[safe.to(head.keys.device)].double()  # (B, C, d)
-            s = torch.einsum("bd,bcd->bc", head.q.to(kc.device).double(), kc).cpu()
+            kc = head.keys[safe.to(head.keys.device)].float()  # (B, C, d)
+            s = torch.bmm(kc, head.q.to(kc.device).float()[:, :, None])[:, :, 0]  # (B, C) fp32
+            scores[:, :, h] = s.double().cpu()
         else:
-            s = head.scores.double().gather(1, safe)
-        scores[:, :, h] = s
-        logits[:, :, h] = s * head.scale
-    logp = logits - lse[:, None, :]
+            scores[:, :, h] = head.scores.double().gather(1, safe)
+    return scores
+
+
+def _candidate_logp(
+    heads: list[Head], scores: Tensor, cand: Tensor, lse: Tensor, mask: Tensor | None
+) -> Tensor:
+    """Exact log p_h (B, C, H) float64 of each candidate from its raw scores (B, C, H)."""
+    scale = torch.tensor([head.scale for head in heads], dtype=torch.float64)  # (H,)
+    logp = scores * scale - lse[:, None, :]
     dead = cand < 0
     if mask is not None:
         m = mask.cpu()
+        safe = cand.clamp_min(0)
         dead |= ~(m[safe] if m.dim() == 1 else m.gather(1, safe))
-    logp = logp.masked_fill(dead[:, :, None], -math.inf)
-    return scores, logp
+    return logp.masked_fill(dead[:, :, None], -math.inf)
 
 
-def _entropy(
-    heads: list[Head], pi: Tensor, lse: Tensor, mask: Tensor | None, chunk_size: int | None
-) -> Tensor:
-    """−Σ_i w_i log w_i over every unmasked book, streamed over the keys in chunks."""
+def _sweep(
+    heads: list[Head],
+    pi: Tensor,
+    *,
+    lse: Tensor,
+    mask: Tensor | None,
+    cand: Tensor,
+    chunk_size: int | None,
+) -> tuple[Tensor, Tensor]:
+    """One chunked pass over every book: the candidates' raw scores (B, C, H) float64, and the
+    entropy −Σ_i w_i log w_i (B,) float64 over every unmasked book."""
     B, N = pi.shape[0], _catalog_size(heads)
-    C = chunk_size or 65_536
-    total = torch.zeros(B, dtype=torch.float64)
+    C = chunk_size or DEFAULT_CHUNK_SIZE
+    dense = [head.keys.device for head in heads if isinstance(head, DenseHead)]
+    device = dense[0] if dense else torch.device("cpu")  # the pass stays where the keys are
+    pi, lse, cand = pi.to(device), lse.to(device), cand.to(device)
+    mask = None if mask is None else mask.to(device)
+    scores = torch.zeros(B, cand.shape[1], len(heads), dtype=torch.float64, device=device)
+    total = torch.zeros(B, dtype=torch.float64, device=device)
     for start in range(0, N, C):
         stop = min(N, start + C)
-        w = torch.zeros(B, stop - start, dtype=torch.float64)
+        inside = (cand >= start) & (cand < stop)  # (B, C) candidates in this chunk
+        at = (cand - start).clamp(0, stop - start - 1)
+        w = torch.zeros(B, stop - start, dtype=torch.float64, device=device)
         for h, head in enumerate(heads):
             if isinstance(head, DenseHead):
                 kc = head.keys[start:stop]
-                s = (head.q.to(kc.device, kc.dtype) @ kc.T).double().cpu()  # (B, c)
+                s = raw_scores(head.q.to(kc.device), kc).double()  # (B, c)
             else:
-                s = head.scores[:, start:stop].double()
+                s = head.scores[:, start:stop].to(device, torch.float64)
+            scores[:, :, h] = torch.where(inside, s.gather(1, at), scores[:, :, h])
             w += pi[:, h : h + 1] * (s * head.scale - lse[:, h : h + 1]).exp()
         if mask is not None:
-            m = mask[..., start:stop].cpu()
-            w = w * m
+            w = w * mask[..., start:stop]
         total -= torch.where(w > 0, w * w.clamp_min(1e-300).log(), 0.0).sum(-1)
-    return total
+    return scores.cpu(), total.cpu()

@@ -36,14 +36,21 @@ class LexicalIndex:
 
     def __init__(self, documents: Sequence[str]):
         t0 = time.perf_counter()
-        self._tokenizer = Tokenizer(stopwords="en", stemmer=Stemmer.Stemmer("english"))
-        tokens = self._tokenizer.tokenize(list(documents), return_as="string", show_progress=False)
+        tokenizer = Tokenizer(stopwords="en", stemmer=Stemmer.Stemmer("english"))
+        tokens = tokenizer.tokenize(list(documents), return_as="string", show_progress=False)
         self._bm25 = bm25s.BM25()
         self.size = len(documents)
         if self.size:
             self._bm25.index(tokens, show_progress=False)
-        # the tokenizer's vocabulary dicts are not safe to read while another thread writes
-        self._lock = threading.Lock()
+        # Queries are tokenized here, not by the tokenizer: its `tokenize` rebuilds a reverse
+        # vocabulary per call (~4 ms on 5k books) and remembers every word it is shown, which
+        # in a service means every word of every query, for ever. Same splitter, stop words and
+        # stemmer, so a query's terms are the ones the documents were indexed with.
+        self._split = tokenizer.splitter
+        self._stopwords = frozenset(tokenizer.stopwords)
+        self._stemmer = Stemmer.Stemmer("english")
+        self._vocab = frozenset(self._bm25.vocab_dict) if self.size else frozenset()
+        self._lock = threading.Lock()  # a PyStemmer stemmer is not thread-safe
         logger.info(
             "built the BM25 index of %d books in %.2f s", self.size, time.perf_counter() - t0
         )
@@ -54,11 +61,10 @@ class LexicalIndex:
     def terms(self, query: str) -> list[str]:
         """The query's stemmed terms that occur in the catalog (stop words and unknown words
         dropped)."""
+        words = [w for w in self._split(query.lower()) if w not in self._stopwords]
         with self._lock:
-            (tokens,) = self._tokenizer.tokenize(
-                [query], return_as="string", update_vocab=False, show_progress=False
-            )
-        return [t for t in tokens if t]
+            stems: list[str] = self._stemmer.stemWords(words)
+        return [s for s in stems if s in self._vocab]
 
     def scores(self, queries: Sequence[str]) -> np.ndarray:
         """(B, N) float32 BM25 scores; a row of zeros for a query with no known term."""

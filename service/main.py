@@ -108,16 +108,12 @@ def build_searcher(
     engine: Engine,
     encoder: Encoder | None = None,
     ranker_loader: RankerLoader = load_ranker,
-    index: store.LoadedIndex | None = None,
 ) -> Searcher:
-    """The encoder (the configured model unless one is given) and the index (the active
-    generation unless one is given), ready to search."""
+    """The encoder (the configured model unless one is given) and the active generation's
+    index, ready to search."""
     encoder = encoder or build_encoder(settings)
     with Session(engine) as session:
-        if index is None:
-            ranker = ranker_loader(settings, session=session, model=encoder.name)
-        else:
-            ranker = build_ranker(settings, index, session=session)
+        ranker = ranker_loader(settings, session=session, model=encoder.name)
     return Searcher(
         encoder,
         ranker,
@@ -217,26 +213,21 @@ def create_app(
             ensure_schema(engine, create_if_new=False)
             app.state.engine = engine
             model = encoder or build_encoder(settings)
-            index: store.LoadedIndex | None = None
-            if ranker_loader is load_ranker:  # single process: this app follows generations
-                with Session(engine) as session:
-                    index = load_index(session, model=model.name)
             searcher = build_searcher(
-                settings, engine=engine, encoder=model, ranker_loader=ranker_loader, index=index
+                settings, engine=engine, encoder=model, ranker_loader=ranker_loader
             )
             searcher.on_batch = metrics.observe_batch
-            # Only an app that loaded the index itself follows new generations; a ranker from
+            # Only an app that loads the index itself follows new generations; a ranker from
             # another loader (the Ray router's shards) is that loader's to renew.
             watcher = (
-                None
-                if index is None
-                else GenerationWatcher(
+                GenerationWatcher(
                     engine=engine,
                     searcher=searcher,
-                    index=index,
                     build=lambda index, session: build_ranker(settings, index, session=session),
                     poll_s=settings.generation_poll_s,
                 )
+                if ranker_loader is load_ranker
+                else None
             )
             jobs = ReindexJobs(
                 settings=index_settings(settings),

@@ -92,28 +92,34 @@ def rank_heads(
     total = pi.sum(-1, keepdim=True)
     pi = _restore_empty_rows(pi / total.clamp_min(1e-300), heads, names)
     mix = mixture_topk(modules, pi, k=k, mask=mask, chunk_size=ranker.chunk_size, entropy=True)
-    desc = _description_scores(ranker, q, mix.indices)  # (B, k)
+    if RANK_FIELD in names:  # the description head's own scores, already exact
+        desc = mix.scores[:, :, names.index(RANK_FIELD)]  # (B, k)
+    else:
+        desc = _description_scores(ranker, q, mix.indices)
+    # plain lists once: indexing tensors element by element costs more than the search
+    rows, weights, descs = mix.indices.tolist(), mix.weights.tolist(), desc.tolist()
+    raw, probs, shares = mix.scores.tolist(), mix.probs.tolist(), mix.shares.tolist()
+    matched = mix.matched.tolist()
+    assert mix.entropy is not None
+    entropy = mix.entropy.tolist()
     out = []
     for b in range(B):
         used = {h: float(pi[b, j]) for j, h in enumerate(names) if pi[b, j] > 0}
         hits = []
-        for r, row in enumerate(mix.indices[b].tolist()):
+        for r, row in enumerate(rows[b]):
             if row < 0:
                 continue
             parts = {
                 h: HeadPart(
-                    score=max(0.0, float(mix.scores[b, r, j]))
-                    if h == LEXICAL
-                    else float(mix.scores[b, r, j]),
-                    probability=float(mix.probs[b, r, j]),
-                    share=float(mix.shares[b, r, j]),
+                    score=max(0.0, raw[b][r][j]) if h == LEXICAL else raw[b][r][j],
+                    probability=probs[b][r][j],
+                    share=shares[b][r][j],
                 )
                 for j, h in enumerate(names)
                 if h in used
             }
-            hits.append(MixedHit(row, float(desc[b, r]), float(mix.weights[b, r]), parts))
-        assert mix.entropy is not None
-        out.append(MixedRanking(hits, int(mix.matched[b]), used, float(mix.entropy[b]), mix.rounds))
+            hits.append(MixedHit(row, descs[b][r], weights[b][r], parts))
+        out.append(MixedRanking(hits, int(matched[b]), used, entropy[b], mix.rounds))
     return out
 
 

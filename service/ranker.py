@@ -133,6 +133,25 @@ class Ranker:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def host_index(self) -> LoadedIndex:
+        """This ranker's rows as an index on the host, for `store.apply_diff`: views of the
+        tensors themselves for fp32 keys on the CPU ((N, d) arrays in column-major order), a
+        fp32 copy otherwise."""
+        keys = {f: k.to("cpu", torch.float32).numpy() for f, k in self.keys_by_field.items()}
+        shared = [f for f, k in self.keys_by_field.items() if self.values is k]
+        values = keys[shared[0]] if shared else self.values.to("cpu", torch.float32).numpy()
+        return LoadedIndex(
+            ids=self.ids,
+            titles=self.titles,
+            authors=self.authors,
+            years=self.years,
+            languages=self.languages,
+            keys=keys,
+            values=values,
+            model=self.model,
+            generation=self.generation,
+        )
+
     def row_of(self, book_id: str) -> int | None:
         """The row of `book_id`, None when it is not in the index."""
         return self._rows.get(book_id)

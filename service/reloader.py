@@ -2,10 +2,10 @@
 
 A thread polls the active generation's id every `poll_s` seconds (one indexed query). When it
 changed, only the diff is read (rows that start or end between the two generations), folded
-into the host copy of the index, and a new `Ranker` is built beside the serving one; the
-searcher then switches to it with one attribute assignment, so every search is answered by
-one whole generation, never a mix. The host copy (fp32, every field) is what makes diffs
-possible; it costs as much memory again as the keys.
+into the serving ranker's rows (`Ranker.host_index`: its own tensors on the CPU, a transient
+copy on a GPU), and a new `Ranker` is built beside the serving one; the searcher then switches
+to it with one attribute assignment, so every search is answered by one whole generation, never
+a mix. Between switches no second copy of the keys is kept.
 """
 
 from __future__ import annotations
@@ -34,13 +34,11 @@ class GenerationWatcher:
         *,
         engine: Engine,
         searcher: Searcher,
-        index: LoadedIndex,
         build: Callable[[LoadedIndex, Session], Ranker],
         poll_s: float,
     ):
         self.engine = engine
         self.searcher = searcher
-        self.index = index
         self.build = build
         self.poll_s = poll_s
         self._lock = threading.Lock()
@@ -49,7 +47,7 @@ class GenerationWatcher:
 
     @property
     def generation(self) -> int | None:
-        return self.index.generation
+        return self.searcher.ranker.generation
 
     def start(self) -> None:
         if self.poll_s <= 0:
@@ -74,7 +72,7 @@ class GenerationWatcher:
         """Swap to the active generation if it is not the one served; True if it swapped."""
         with self._lock:
             t0 = time.perf_counter()
-            old = self.index
+            old = self.searcher.ranker
             with Session(self.engine) as session:
                 g = store.active_generation_id(session=session)
                 if g is None or g == old.generation:
@@ -86,11 +84,10 @@ class GenerationWatcher:
                     diff = store.load_diff(
                         session=session, model=old.model, since=old.generation, until=g
                     )
-                    index = store.apply_diff(old, diff)
+                    index = store.apply_diff(old.host_index(), diff)
                     how = f"diff: {len(diff.added)} rows in, {len(diff.removed)} out"
                 ranker = self.build(index, session)
             self.searcher.ranker = ranker  # atomic: a batch reads the attribute once
-            self.index = index
             logger.info(
                 "serving generation %d (%d books; %s) after %.2f s",
                 g,
