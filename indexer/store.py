@@ -38,7 +38,7 @@ class LoadedIndex:
     authors: list[list[str]]
     years: list[int | None]
     languages: list[str | None]
-    keys: dict[str, np.ndarray]  # field → (N, d) float32
+    keys: dict[str, np.ndarray]  # field → (N, d) float32, stored column-major
     values: np.ndarray  # (N, d) float32; the value field's keys array itself when V = K
     model: str
     generation: int | None = None  # the snapshot these rows are; None: no index yet
@@ -151,11 +151,15 @@ def apply_diff(index: LoadedIndex, diff: IndexDiff) -> LoadedIndex:
     order = np.array(sorted(range(len(ids)), key=ids.__getitem__), dtype=np.int64)
 
     def merged(old: np.ndarray, new: np.ndarray) -> np.ndarray:
-        if len(new) == 0:
-            return old[keep[order]] if len(order) else old[:0].copy()
-        if len(old) == 0 or old.shape[1] == 0:
-            return np.ascontiguousarray(new[order])
-        return np.concatenate([old[keep], new])[order]
+        d = max(old.shape[1], new.shape[1])
+        out = _column_major(len(order), d)
+        from_old = np.flatnonzero(order < len(keep))  # output rows kept from `old`
+        from_new = np.flatnonzero(order >= len(keep))
+        if len(from_old):
+            out[from_old] = old[keep[order[from_old]]]
+        if len(from_new):
+            out[from_new] = new[order[from_new] - len(keep)]
+        return out
 
     def pick(values: list[Any], new: list[Any]) -> list[Any]:
         both = [values[i] for i in keep] + new
@@ -177,6 +181,12 @@ def apply_diff(index: LoadedIndex, diff: IndexDiff) -> LoadedIndex:
         model=index.model,
         generation=diff.until,
     )
+
+
+def _column_major(n: int, d: int) -> np.ndarray:
+    """A zeroed (n, d) array stored column by column: the layout the ranker streams (it reads
+    the contiguous (d, n) transpose), so handing the array to the ranker copies nothing."""
+    return np.zeros((d, n), _NP_DTYPE).T
 
 
 def _load(
@@ -224,8 +234,8 @@ def _load(
         ).all()
         if not d and found:
             d = found[0][2]
-            keys = {f: np.zeros((len(rows), d), _NP_DTYPE) for f in fields}
-            values = None if shared else np.zeros((len(rows), d), _NP_DTYPE)
+            keys = {f: _column_major(len(rows), d) for f in fields}
+            values = None if shared else _column_major(len(rows), d)
             targets = [keys[f] for f in fields] + ([] if values is None else [values])
         table = np.zeros((len(chunk), d), _NP_DTYPE)  # (chunk, d), in `chunk`'s order
         for vid, vmodel, dim, data in found:
@@ -244,8 +254,8 @@ def _load(
         keep = np.flatnonzero(ok)
         rows = [rows[int(i)] for i in keep]
         ids = [ids[int(i)] for i in keep]
-        keys = {f: np.ascontiguousarray(k[keep]) for f, k in keys.items()}
-        values = None if values is None else np.ascontiguousarray(values[keep])
+        keys = {f: np.asfortranarray(k[keep]) for f, k in keys.items()}
+        values = None if values is None else np.asfortranarray(values[keep])
     if values is None:  # every value is its key's vector (the indexer's V = K): half the memory
         values = keys[value_field] if value_field in keys else np.empty((len(ids), d), _NP_DTYPE)
     return LoadedIndex(

@@ -71,7 +71,8 @@ def test_vectors_round_trip_exactly(engine: Engine) -> None:
         for f in ("title", "description"):
             expected = np.stack([vectors[batches.field_texts(r)[f]] for r in records])
             assert np.array_equal(index.keys[f], expected)
-            assert index.keys[f].dtype == np.float32 and index.keys[f].flags.c_contiguous
+            # column-major: the layout the ranker streams, so it takes the array without a copy
+            assert index.keys[f].dtype == np.float32 and index.keys[f].flags.f_contiguous
         assert index.values is index.keys["description"]  # V = K, one array
         assert index.titles[3] == "Book 3"
         assert index.authors[3] == ["Author 3", "Co Author"]
