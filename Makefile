@@ -22,5 +22,7 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
+# The thread settings the `attend` command gives the service (service/launch.py), so in-process
+# tests run the CPU product the service runs.
 test: lint
-	$(BIN)/python -m pytest
+	OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4 $(BIN)/python -m pytest

@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from models import cpu_blas
+
 D = 384
 K = 10
 SCALE = 20.0
@@ -41,6 +43,18 @@ GRID_B: tuple[int, ...] = (1, 16, 256)
 METHODS: tuple[str, ...] = ("attend", "attend+V", "faiss", "naive")
 
 Sync = Callable[[], None]
+
+
+def run_as_the_service() -> None:
+    """Re-run this process with the thread settings the `attend` command gives the service
+    (service/launch.py), unless they are set already: they only take effect before torch and
+    numpy load, and they decide which CPU BLAS `attend` picks."""
+    from service.launch import THREAD_SETTINGS
+
+    missing = {k: v for k, v in THREAD_SETTINGS.items() if k not in os.environ}
+    if missing:
+        os.environ.update(missing)
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
 def no_sync() -> None:
@@ -505,6 +519,10 @@ def environment(extra: Mapping[str, Any]) -> dict[str, Any]:
         "torch_interop_threads": torch.get_num_interop_threads(),
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
+        "thread_settings": {
+            k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT")
+        },
+        "cpu_blas": cpu_blas.backend(),  # the product `attend` uses on the CPU (measured)
     }
     env.update(extra)
     return env

@@ -68,11 +68,13 @@ from benchmarks._common import (
     random_normal,
     random_unit,
     reference,
+    run_as_the_service,
     run_method,
     table,
     time_call,
     tolerances,
 )
+from models import cpu_blas
 from models.attention import Attention, attend
 
 BYTES = 4  # float32
@@ -240,6 +242,9 @@ def side_ops(
     def matmul_t() -> Tensor:
         return q @ keys_t
 
+    def matmul_t_openblas() -> Tensor:
+        return cpu_blas.openblas_matmul(q, keys_t)
+
     def search() -> object:
         return flat.search(qn)
 
@@ -249,6 +254,7 @@ def side_ops(
     ops: dict[str, Callable[[], object]] = {
         "q @ keys.T   (keys (N, d) row-major)": matmul_rows,
         "q @ keysT    (keysT contiguous (d, N))": matmul_t,
+        "q @ keysT    (the same, numpy's OpenBLAS)": matmul_t_openblas,
         f"faiss search  [{setting}]": search,
     }
     if q.shape[0] == 1:  # at B = 256 the layout hardly matters and a call takes seconds
@@ -315,7 +321,9 @@ def report_text(result: dict[str, Any], cells: list[Cell]) -> None:
     out(
         f"Attend CPU benchmark: random unit keys, d={D}, k={K}, scale={SCALE:g}; "
         f"torch {env['torch']} ({env['torch_threads']} threads), "
-        f"faiss {env['faiss']} ({env['faiss_threads']} OpenMP threads), numpy {env['numpy']}"
+        f"faiss {env['faiss']} ({env['faiss_threads']} OpenMP threads), numpy {env['numpy']}; "
+        f"attend's CPU product: {env['cpu_blas']}; "
+        + ", ".join(f"{k}={v}" for k, v in env["thread_settings"].items())
     )
     load = ", ".join(f"{x:.2f}" for x in env["loadavg_start"])
     load_end = ", ".join(f"{x:.2f}" for x in env["loadavg_end"])
@@ -404,6 +412,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-side", action="store_true", help="skip the side table")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    run_as_the_service()
 
     t_start = time.perf_counter()
     load_start = os.getloadavg()

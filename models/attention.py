@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from models import cpu_blas
+
 DEFAULT_CHUNK_SIZE = 65_536
 
 
@@ -31,7 +33,7 @@ class Attention:
     """
 
     indices: Tensor  # (B, k') int64 row numbers into keys, best first; k' = min(k, N)
-    scores: Tensor  # (B, k') raw q·k
+    scores: Tensor  # (B, k') raw q·k (the exact dot product, rounded once to float32)
     weights: Tensor  # (B, k') softmax weight over all unmasked keys
     logsumexp: Tensor  # (B,) float64 log Σ exp(logits); −inf for a fully masked row
     matched: Tensor  # (B,) int64 number of unmasked keys
@@ -98,11 +100,21 @@ def attend(
             acc = acc * alpha[:, None] + p @ values[start : start + C].to(p.dtype)  # (B, d_v)
         m = m_new
 
-    lse = torch.where(l > 0, m.double() + torch.log(l), -math.inf)  # (B,) float64
+    # The winners' scores again, exactly (float64 over their k gathered keys): how a BLAS sums
+    # a chunk's products depends on the chunk's shape (OpenBLAS's edge kernels differ), so the
+    # float32 scores of one key can differ in the last bit between a whole index and a shard.
+    # Their exact values replace their float32 terms in the sum too: they are its largest, so
+    # the weights agree to ~1e-7 however the keys were chunked or sharded.
     found = torch.isfinite(top_scores)  # (B, k) False for masked keys and padding
-    logits = top_scores.double() * scale
-    weights = torch.exp(logits - torch.where(found, lse[:, None], 0.0))
     top_idx = torch.where(found, top_idx, -1)
+    rows = keys[top_idx.clamp_min(0)].double()  # (B, k, d)
+    exact = torch.einsum("bd,bkd->bk", q.double(), rows)  # (B, k) float64
+    m64 = torch.where(torch.isinf(m), 0.0, m).double()[:, None]  # (B, 1)
+    summed = torch.exp(top_scores.double() * scale - m64)  # their terms as summed (≈)
+    l = l + torch.where(found, torch.exp(exact * scale - m64) - summed, 0.0).sum(-1)
+    lse = torch.where(l > 0, m64[:, 0] + torch.log(l.clamp_min(1e-300)), -math.inf)  # (B,)
+    weights = torch.exp(exact * scale - torch.where(found, lse[:, None], 0.0))
+    top_scores = torch.where(found, exact, -math.inf).float()
     output = None
     if acc is not None:
         output = torch.where(l[:, None] > 0, acc / l.clamp_min(1e-300).float()[:, None], 0.0)
@@ -152,6 +164,8 @@ def raw_scores(q: Tensor, kc: Tensor, *, out: Tensor | None = None) -> Tensor:
     allows."""
     q = q.to(kc.dtype)
     if kc.dtype == torch.float32:
+        if kc.device.type == "cpu":
+            return cpu_blas.matmul(q, kc.T, out=out)  # the faster BLAS of this CPU
         return torch.mm(q, kc.T, out=out) if out is not None else q @ kc.T
     if kc.is_cuda:
         # half-precision keys stream at half the bytes; cuBLAS accumulates in fp32 and writes

@@ -90,6 +90,7 @@ def mixture_topk(
             scores, ent = _sweep(heads, pi, lse=lse, mask=mask, cand=cand, chunk_size=chunk_size)
         else:
             scores = _gathered_scores(heads, cand)
+        _exact_in_lists(scores, cand, top)
         logp = _candidate_logp(heads, scores, cand, lse, mask)  # (B, C, H)
         probs = logp.exp()
         w = (probs * pi[:, None, :]).sum(-1)  # (B, C)
@@ -97,7 +98,7 @@ def mixture_topk(
         best_w, pos = w.topk(min(k, w.shape[1]), dim=-1)  # (B, k)
         # bound on any book outside every list: Σ π_h · (k'-th weight of head h)
         # (a head whose list holds every unmasked book ends in padding of weight 0)
-        tail = torch.stack([weights[:, -1] for _, weights in top], dim=1)  # (B, H)
+        tail = torch.stack([weights[:, -1] for _, weights, _ in top], dim=1)  # (B, H)
         bound = (pi * tail).sum(-1)  # (B,)
         kth = best_w[:, -1] if best_w.shape[1] == k else torch.zeros(B, dtype=torch.float64)
         if kk >= N or bool((kth >= bound).all()):
@@ -133,10 +134,10 @@ def _catalog_size(heads: list[Head]) -> int:
 
 def _run_heads(
     heads: list[Head], *, k: int, mask: Tensor | None, chunk_size: int | None
-) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
-    """Per head (indices (B, k), weights (B, k)); lse (B, H) float64."""
+) -> tuple[list[tuple[Tensor, Tensor, Tensor]], Tensor]:
+    """Per head (indices (B, k), weights (B, k), scores (B, k) float64); lse (B, H) float64."""
     B = _rows(heads[0])
-    out: list[tuple[Tensor, Tensor] | None] = [None] * len(heads)
+    out: list[tuple[Tensor, Tensor, Tensor] | None] = [None] * len(heads)
     lse = torch.empty(B, len(heads), dtype=torch.float64)
     # dense heads that share keys and scale: one attend call over their stacked queries
     groups: dict[tuple[int, float], list[int]] = {}
@@ -151,7 +152,11 @@ def _run_heads(
         att = attend(q, first.keys, k=k, scale=first.scale, mask=m, chunk_size=chunk_size)
         for j, h in enumerate(members):
             rows = slice(j * B, (j + 1) * B)
-            out[h] = (att.indices[rows].cpu(), att.weights[rows].double().cpu())
+            out[h] = (
+                att.indices[rows].cpu(),
+                att.weights[rows].double().cpu(),
+                att.scores[rows].double().cpu(),
+            )
             lse[:, h] = att.logsumexp[rows].double().cpu()
     for h, head in enumerate(heads):
         if isinstance(head, ScoredHead):
@@ -162,6 +167,7 @@ def _run_heads(
             out[h] = (
                 torch.where(ok, top_idx, -1),
                 torch.where(ok, (top_logits - lse[:, h : h + 1]).exp(), 0.0),
+                head.scores.double().gather(1, top_idx),
             )
     return [o for o in out if o is not None], lse
 
@@ -177,7 +183,20 @@ def _scored_logits(head: ScoredHead, mask: Tensor | None) -> Tensor:
     return logits
 
 
-def _union(top: list[tuple[Tensor, Tensor]]) -> Tensor:
+def _exact_in_lists(scores: Tensor, cand: Tensor, top: list[tuple[Tensor, Tensor, Tensor]]) -> None:
+    """Overwrite in `scores` (B, C, H) each candidate's score in the heads whose own list holds
+    it with that list's exact score: the sweep's float32 products can differ in the last bit
+    with the chunking (models/attention.py), and these are the terms that carry the weight."""
+    C = cand.shape[1]
+    big = torch.iinfo(torch.long).max
+    ordered = torch.where(cand >= 0, cand, big)  # (B, C) ascending, padding last
+    for h, (idx, _, exact) in enumerate(top):
+        pos = torch.searchsorted(ordered, idx.clamp_min(0)).clamp_max(C - 1)  # (B, k)
+        b, j = ((idx >= 0) & (ordered.gather(1, pos) == idx)).nonzero(as_tuple=True)
+        scores[b, pos[b, j], h] = exact[b, j]  # a list's rows are distinct: no collisions
+
+
+def _union(top: list[tuple[Tensor, Tensor, Tensor]]) -> Tensor:
     """(B, C) the distinct candidate rows of every head's list, −1 padded."""
     allidx = torch.cat([t[0] for t in top], dim=1)  # (B, H·k)
     rows = [torch.unique(r[r >= 0]) for r in allidx]

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from models import cpu_blas
 from models.attention import attend
 from models.device import pick_device
 
@@ -52,6 +53,27 @@ def test_weights_and_topk_match_float64(B: int, N: int, d: int, k: int, chunk: i
     torch.testing.assert_close(att.scores, (q @ keys.T).gather(1, att.indices))
     assert torch.all(att.matched == N)
     assert torch.all(att.weights[:, :-1] >= att.weights[:, 1:])
+
+
+@pytest.mark.parametrize("backend", ["mkl", "openblas"])
+def test_either_cpu_blas_gives_the_float64_answer(backend: cpu_blas.Backend) -> None:
+    """Both products the process may pick (models/cpu_blas.py), on the ranker's (d, N) layout,
+    with a chunk that leaves ragged edges: same top-k, weights and log-sum-exp as float64, and
+    the same weights whatever the chunking (its edges change how a BLAS sums)."""
+    q, keys = unit(3, 384, seed=11), unit(5000, 384, seed=12)
+    streamed = keys.T.contiguous().T  # (N, d) view of (d, N) memory, as the ranker holds keys
+    cpu_blas.set_backend(backend)
+    try:
+        att = attend(q, streamed, k=10, scale=20.0, chunk_size=333)
+        whole = attend(q, streamed, k=10, scale=20.0)
+    finally:
+        cpu_blas.set_backend(None)
+    ref_w, ref_lse = reference(q, keys, 20.0)
+    ref_top, ref_idx = ref_w.topk(10, dim=-1)
+    assert torch.equal(att.indices, ref_idx)
+    torch.testing.assert_close(att.weights.double(), ref_top, rtol=2e-6, atol=1e-12)
+    torch.testing.assert_close(att.logsumexp, ref_lse, rtol=1e-7, atol=1e-7)
+    torch.testing.assert_close(att.weights, whole.weights, rtol=2e-7, atol=1e-12)
 
 
 @pytest.mark.parametrize("chunk", [1, 13, 256, 10_000])
