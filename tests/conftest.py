@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -153,6 +154,29 @@ def demo_database_url(
     with new_database(request.param, tmp_path_factory.mktemp("demo")) as url:
         index_demo_catalog(url)
         yield url
+
+
+@contextmanager
+def serve_books(
+    engine: Engine, folder: Path, books: list[dict[str, object]], **settings: object
+) -> Iterator[TestClient]:
+    """The app over `books`, indexed into `engine` with the fake encoder (its settings are the
+    defaults on the CPU plus `settings`)."""
+    from indexer import pipeline
+    from indexer.settings import IndexSettings
+    from service.main import create_app
+    from service.settings import ServiceSettings
+
+    url = engine.url.render_as_string(hide_password=False)
+    pipeline.run(
+        IndexSettings(database_url=url),
+        engine=engine,
+        encoder=FakeEncoder(),
+        path=write_jsonl(folder / "books.jsonl", books),
+    )
+    service = ServiceSettings(database_url=url, device="cpu", **settings)  # type: ignore[arg-type]
+    with TestClient(create_app(service, encoder=FakeEncoder())) as client:
+        yield client
 
 
 def index_demo_catalog(url: str) -> None:

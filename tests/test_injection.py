@@ -11,11 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, inspect, text
 
-from conftest import FakeEncoder, write_jsonl
-from indexer import pipeline
-from indexer.settings import IndexSettings
-from service.main import create_app
-from service.settings import ServiceSettings
+from conftest import serve_books
 
 INJECTIONS = [
     "'; DROP TABLE books; --",
@@ -48,15 +44,7 @@ BOOKS = [
 
 @pytest.fixture
 def client(engine: Engine, tmp_path: Path) -> Iterator[TestClient]:
-    url = engine.url.render_as_string(hide_password=False)
-    pipeline.run(
-        IndexSettings(database_url=url),
-        engine=engine,
-        encoder=FakeEncoder(),
-        path=write_jsonl(tmp_path / "books.jsonl", BOOKS),
-    )
-    settings = ServiceSettings(database_url=url, device="cpu")
-    with TestClient(create_app(settings, encoder=FakeEncoder())) as c:
+    with serve_books(engine, tmp_path, BOOKS) as c:
         yield c
 
 
