@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import Stemmer
+from bm25s.tokenization import Tokenizer
 
 from indexer.catalog import read_catalog
 from indexer.data import DEMO_CATALOG
@@ -45,3 +47,32 @@ def test_scores_shape_and_unknown_words(demo: tuple[list[str], list[str], Lexica
 def test_empty_catalog() -> None:
     index = LexicalIndex([])
     assert index.scores(["anything"]).shape == (1, 0)
+
+
+def test_query_terms_are_the_ones_bm25s_tokenizes(
+    demo: tuple[list[str], list[str], LexicalIndex],
+) -> None:
+    """`terms` tokenizes queries itself (bm25s's `tokenize` rebuilds its reverse vocabulary per
+    call and remembers every word it sees); it must give exactly bm25s's terms."""
+    _, titles, index = demo
+    books = list(read_catalog(DEMO_CATALOG))
+    tokenizer = Tokenizer(stopwords="en", stemmer=Stemmer.Stemmer("english"))
+    tokenizer.tokenize(
+        [book_document(b.title, b.authors, b.description) for b in books],
+        return_as="string",
+        show_progress=False,
+    )
+    queries = [
+        *titles,
+        "",
+        "the of and",
+        "Tolkien's WIZARDS!!",
+        "École naïve café",
+        "x 42 1984",
+        "running runners ran",
+    ]
+    for query in queries:
+        (theirs,) = tokenizer.tokenize(
+            [query], return_as="string", update_vocab=False, show_progress=False
+        )
+        assert index.terms(query) == [t for t in theirs if t], query

@@ -9,16 +9,18 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from conftest import FakeEncoder, write_jsonl
-from indexer import pipeline
+from indexer import pipeline, store
 from indexer.settings import IndexSettings
 from service.errors import IndexEmptyError
 from service.main import build_searcher
-from service.ranker import key_dtype_for
+from service.ranker import Ranker, key_dtype_for
 from service.schemas import SearchOptions, SearchResponse
 from service.searcher import QueryCache, Searcher
 from service.settings import ServiceSettings
@@ -173,3 +175,27 @@ def test_key_dtype_is_half_on_cuda_and_float32_on_cpu() -> None:
     assert key_dtype_for(torch.device("cpu"), "auto") == torch.float32
     assert key_dtype_for(torch.device("cuda"), "auto") == torch.float16
     assert key_dtype_for(torch.device("cpu"), "bfloat16") == torch.bfloat16
+
+
+def test_the_ranker_streams_the_loaded_keys_without_a_copy(engine: Engine, tmp_path: Path) -> None:
+    """The store loads keys column-major, the ranker's layout: on the CPU in float32 it keeps
+    those very arrays, and its `host_index` (what a generation diff is folded into) views them
+    again: one copy of the keys in memory, not two."""
+    url = engine.url.render_as_string(hide_password=False)
+    pipeline.run(
+        IndexSettings(database_url=url),
+        engine=engine,
+        encoder=RandomEncoder(),
+        path=write_jsonl(tmp_path / "books.jsonl", BOOKS),
+    )
+    with Session(engine) as session:
+        index = store.load_index(session=session, model=RandomEncoder.name)
+    ranker = Ranker(index, device="cpu")
+    host = ranker.host_index()
+    for field, keys in index.keys.items():
+        streamed = ranker.keys_by_field[field]
+        assert streamed.T.is_contiguous()  # (d, N) memory: q Kᵀ reads it in order
+        assert np.shares_memory(streamed.numpy(), keys)
+        assert np.shares_memory(host.keys[field], keys)
+        assert np.array_equal(host.keys[field], keys)
+    assert host.values is host.keys["description"]  # V = K stays one array
