@@ -91,13 +91,20 @@ def attend(
         top_idx = torch.cat([top_idx, c_pos + start], dim=-1).gather(1, best)
 
         # running log-sum-exp (and output), rescaled to the new max like flash-attention
-        m_new = torch.maximum(m, c_scores[:, 0] * scale)  # (B,) the chunk's max is its top-1
+        top_logit = c_scores[:, 0] * scale  # (B,) the chunk's max is its top-1
+        m_new = torch.maximum(m, top_logit)
         m_safe = torch.where(torch.isinf(m_new), 0.0, m_new)
         alpha = torch.exp(m - m_safe)  # (B,) 0 where m was −inf
         p = s.mul_(scale).sub_(m_safe[:, None]).exp_()  # (B, C) exp(logit − m), in place
-        l = l * alpha.double() + p.sum(dim=-1).double()
         if acc is not None and values is not None:
             acc = acc * alpha[:, None] + p @ values[start : start + C].to(p.dtype)  # (B, d_v)
+        # Σ p in float32 but for the chunk's top key, whose term goes in in float64: a float32
+        # sum keeps ~1e-7 of its largest terms, and of a peaked softmax that is 1e-7 of the
+        # log-sum-exp, which a mixture's entropy (models/mixture.py) would carry as 1e-6 and
+        # more, and shards (their own sums) would disagree on. The rest is small when peaked.
+        top_p = torch.exp(top_logit.double() - m_safe.double())  # (B,)
+        rest = p.scatter_(1, c_pos[:, :1], 0.0).sum(dim=-1).double()  # (B,)
+        l = l * torch.exp(m.double() - m_safe.double()) + top_p + rest
         m = m_new
 
     # The winners' scores again, exactly (float64 over their k gathered keys): how a BLAS sums
