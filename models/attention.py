@@ -117,7 +117,7 @@ def attend(
     rows = keys[top_idx.clamp_min(0)].double()  # (B, k, d)
     exact = torch.einsum("bd,bkd->bk", q.double(), rows)  # (B, k) float64
     m64 = torch.where(torch.isinf(m), 0.0, m).double()[:, None]  # (B, 1)
-    summed = torch.exp(top_scores.double() * scale - m64)  # their terms as summed (≈)
+    summed = torch.exp((top_scores * scale).double() - m64)  # their terms as summed (≈)
     l = l + torch.where(found, torch.exp(exact * scale - m64) - summed, 0.0).sum(-1)
     lse = torch.where(l > 0, m64[:, 0] + torch.log(l.clamp_min(1e-300)), -math.inf)  # (B,)
     weights = torch.exp(exact * scale - torch.where(found, lse[:, None], 0.0))

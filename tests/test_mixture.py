@@ -89,3 +89,25 @@ def test_grouped_dense_heads_match_separate_calls() -> None:
     want, _ = _brute(heads, pi, None)
     assert torch.equal(got.indices, want.topk(4, dim=-1).indices)
     torch.testing.assert_close(got.shares.sum(-1), got.weights)
+
+
+def test_heads_may_come_in_any_order() -> None:
+    # the heads' columns (π, shares, probabilities, scores, log-sum-exps) follow the order given
+    N, d, B = 400, 8, 2
+    q, keys = _unit(B, d, 11), _unit(N, d, 12)
+    bm25 = torch.zeros(B, N)
+    bm25[:, 10:30] = torch.rand(B, 20, generator=torch.Generator().manual_seed(13)) * 8
+    pi = torch.tensor([[0.4, 0.6], [0.7, 0.3]])
+    scored_first = mixture_topk(
+        [ScoredHead(bm25, 1.0), DenseHead(q, keys, 20.0)], pi, k=6, entropy=True
+    )
+    dense_first = mixture_topk(
+        [DenseHead(q, keys, 20.0), ScoredHead(bm25, 1.0)], pi.flip(1), k=6, entropy=True
+    )
+    assert torch.equal(scored_first.indices, dense_first.indices)
+    assert torch.equal(scored_first.weights, dense_first.weights)
+    for name in ("shares", "probs", "scores"):
+        assert torch.equal(getattr(scored_first, name), getattr(dense_first, name).flip(2))
+    assert torch.equal(scored_first.logsumexp, dense_first.logsumexp.flip(1))
+    assert scored_first.entropy is not None and dense_first.entropy is not None
+    assert torch.equal(scored_first.entropy, dense_first.entropy)
