@@ -39,6 +39,7 @@ from indexer.catalog import CatalogRecord, scan_catalog
 from indexer.data import DEMO_CATALOG
 from indexer.settings import IndexSettings
 from models.attention import attend
+from models.sharded import split
 from service.main import build_encoder
 from service.ranker import Filters, Ranker
 from service.settings import ServiceSettings
@@ -149,7 +150,8 @@ def hop(url: str, queries: int) -> list[dict[str, Any]]:
                     for s in range(n)
                 ]
                 clients = [
-                    RayShard(h, total=len(index), name=f"shard-{s}") for s, h in enumerate(handles)
+                    RayShard(h, total=len(index), name=f"shard-{s}", start=a, stop=b)
+                    for s, (h, (a, b)) in enumerate(zip(handles, split(len(index), n), strict=True))
                 ]
                 label = f"{n} Ray Serve shard{'s' if n > 1 else ''} + merge"
                 rankers[label] = ShardedRanker(index, clients)

@@ -7,10 +7,12 @@ For query q (its embedding) and text t, with head weights π (rows summing to 1)
     p_lexical     = softmax(lexical_scale · bm25(t))   over the books with a query term
     weight        = Σ_h π_h p_h          a distribution over the books the filters keep
 
-Every head is exact over the whole catalog: `models.mixture.mixture_topk` runs `attend` per
-dense head (chunked, with the filters as the mask) and recovers any candidate's p_h from its
-score and the head's log-sum-exp, taking more candidates per head until the threshold bound
-proves the mixture's top-k (see that module). The entropy of `weight` is a second chunked pass.
+Every head is exact over the whole catalog: `models.mixture.mix_topk` runs `attend` per dense
+head (chunked, with the filters as the mask) and recovers any candidate's p_h from its score and
+the head's log-sum-exp, taking more candidates per head until the threshold bound proves the
+mixture's top-k (see that module). The entropy of `weight` is a second chunked pass. The dense
+heads come from `Ranker.dense_heads`: the keys in this process, or, on the sharded router, the
+shards' answers merged exactly (service/sharded.py); the lexical head is computed here either way.
 
 A query with no term in the catalog's BM25 vocabulary among the kept books gives the lexical head
 no evidence: it abstains (its π goes to 0 and the others are renormalised) rather than spreading
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from models.mixture import DenseHead, Head, ScoredHead, mixture_topk
+from models.mixture import ScoredHead, mix_topk
 from service.heads import HEADS, LEXICAL
 from service.ranker import RANK_FIELD, Filters, Ranker
 
@@ -71,31 +73,33 @@ def rank_heads(
     B = q.shape[0]
     if len(ranker) == 0:
         return [MixedRanking([], 0, dict(h), 0.0, 0) for h in heads]
-    mask = ranker.batch_mask(filters or [Filters()] * B)
+    filters = list(filters or [Filters()] * B)
+    mask = ranker.batch_mask(filters)
+    # HEADS order: the dense heads first, as mix_topk takes them
     names = [h for h in HEADS if any(w.get(h, 0) > 0 for w in heads)]
     pi = torch.tensor([[w.get(h, 0.0) for h in names] for w in heads], dtype=torch.float64)
     q = q.to(ranker.device)
-    modules: list[Head] = []
-    for j, name in enumerate(names):
-        if name == LEXICAL:
-            scores = torch.from_numpy(ranker.lexical.scores(list(texts)))  # (B, N)
-            kept = scores if mask is None else scores * mask.cpu()
-            evidence = (kept > 0).any(-1)  # (B,)
-            pi[:, j] *= evidence  # abstain without evidence
-            # the softmax runs over the books with evidence (a query term): a book without any
-            # has BM25 0 by construction, not a likelihood, so it gets p_lexical = 0; a row with
-            # no evidence at all keeps every book (uniform) in case lexical is all it asked for
-            no_term = (scores <= 0) & evidence[:, None]
-            modules.append(ScoredHead(scores.masked_fill(no_term, -math.inf), lexical_scale))
-        else:
-            modules.append(DenseHead(q, ranker.keys_by_field[name], scale))
+    scored: list[ScoredHead] = []
+    if LEXICAL in names:
+        j = names.index(LEXICAL)
+        scores = torch.from_numpy(ranker.lexical.scores(list(texts)))  # (B, N)
+        kept = scores if mask is None else scores * mask.cpu()
+        evidence = (kept > 0).any(-1)  # (B,)
+        pi[:, j] *= evidence  # abstain without evidence
+        # the softmax runs over the books with evidence (a query term): a book without any
+        # has BM25 0 by construction, not a likelihood, so it gets p_lexical = 0; a row with
+        # no evidence at all keeps every book (uniform) in case lexical is all it asked for
+        no_term = (scores <= 0) & evidence[:, None]
+        scored.append(ScoredHead(scores.masked_fill(no_term, -math.inf), lexical_scale))
     total = pi.sum(-1, keepdim=True)
     pi = _restore_empty_rows(pi / total.clamp_min(1e-300), heads, names)
-    mix = mixture_topk(modules, pi, k=k, mask=mask, chunk_size=ranker.chunk_size, entropy=True)
+    fields = [(name, scale) for name in names if name != LEXICAL]
+    dense = ranker.dense_heads(q, fields, filters=filters, mask=mask)
+    mix = mix_topk(dense, scored, pi, k=k, mask=mask, entropy=True)
     if RANK_FIELD in names:  # the description head's own scores, already exact
         desc = mix.scores[:, :, names.index(RANK_FIELD)]  # (B, k)
     else:
-        desc = _description_scores(ranker, q, mix.indices)
+        desc = _description_scores(ranker, q, mix.indices, scale=scale, filters=filters)
     # plain lists once: indexing tensors element by element costs more than the search
     rows, weights, descs = mix.indices.tolist(), mix.weights.tolist(), desc.tolist()
     raw, probs, shares = mix.scores.tolist(), mix.probs.tolist(), mix.shares.tolist()
@@ -131,9 +135,11 @@ def _restore_empty_rows(pi: Tensor, heads: Sequence[dict[str, float]], names: li
     return torch.where(empty, asked, pi)
 
 
-def _description_scores(ranker: Ranker, q: Tensor, rows: Tensor) -> Tensor:
-    """q·k with each hit's description key (B, k); −inf for padding."""
-    keys = ranker.keys_by_field[RANK_FIELD]
-    k = keys[rows.clamp_min(0).to(keys.device)].float()  # (B, k, d)
-    s = torch.einsum("bd,bkd->bk", q.float(), k).cpu()
+def _description_scores(
+    ranker: Ranker, q: Tensor, rows: Tensor, *, scale: float, filters: Sequence[Filters]
+) -> Tensor:
+    """q·k with each hit's description key (B, k) float32, from wherever the keys are (the
+    shards: one more round trip); −inf for padding."""
+    dense = ranker.dense_heads(q, [(RANK_FIELD, scale)], filters=filters, mask=None)
+    s = dense.scores(rows)[:, :, 0].float()
     return torch.where(rows >= 0, s, -math.inf)

@@ -16,6 +16,7 @@ from torch import Tensor
 from indexer.store import LoadedIndex
 from models.attention import Attention, attend
 from models.device import pick_device
+from models.mixture import DenseHead, DenseHeads, LocalDenseHeads
 from service.lexical import LexicalIndex, book_document
 
 logger = logging.getLogger(__name__)
@@ -62,11 +63,24 @@ class Ranking:
     matched: int  # books the filters left in the softmax
 
 
+def lexical_index(
+    index: LoadedIndex, descriptions: Sequence[str | None] | None = None
+) -> LexicalIndex:
+    """The lexical head's BM25 over the index's rows, built with the ranker so that it follows
+    the index: title, authors and (row-aligned `descriptions`, when given) description."""
+    return LexicalIndex(
+        [
+            book_document(title, authors, descriptions[i] if descriptions else None)
+            for i, (title, authors) in enumerate(zip(index.titles, index.authors, strict=True))
+        ]
+    )
+
+
 class Ranker:
     """Exact attention over the whole catalog, loaded once at start-up."""
 
-    # Whether this process holds the keys (and the BM25 index): the heads' mixture, similar books
-    # and recommendations need them; the sharded router (service/sharded.py) does not.
+    # Whether this process holds the keys: similar books and recommendations need them here; the
+    # sharded router (service/sharded.py) has its searches' dense heads answered by the shards.
     holds_keys = True
 
     def __init__(
@@ -79,14 +93,7 @@ class Ranker:
         descriptions: Sequence[str | None] | None = None,
     ):
         t0 = time.perf_counter()
-        # The lexical head's BM25 over the same rows, built with the ranker so that it follows
-        # the index: title, authors and (row-aligned `descriptions`, when given) description.
-        self.lexical = LexicalIndex(
-            [
-                book_document(title, authors, descriptions[i] if descriptions else None)
-                for i, (title, authors) in enumerate(zip(index.titles, index.authors, strict=True))
-            ]
-        )
+        self.lexical = lexical_index(index, descriptions)
         self.device = pick_device(device)
         self.model = index.model
         self.generation = index.generation  # the snapshot of the catalog these keys are
@@ -113,13 +120,7 @@ class Ranker:
             else torch.from_numpy(index.values).to(self.device, dtype)
         )
         self.chunk_size = chunk_size
-        # Filter columns, prepared once: a year of NaN never satisfies a bound.
-        self._year = torch.tensor(
-            [math.nan if y is None else y for y in index.years], dtype=torch.float64
-        )  # (N,)
-        self._language = [(lang or "").casefold() for lang in index.languages]
-        self._author = ["\n".join(a).casefold() for a in index.authors]
-        self._mask = lru_cache(maxsize=64)(self._build_mask)
+        self._prepare_filters(index)
         logger.info(
             "loaded %d books × %d keys (%s) d=%d %s on %s in %.2f s",
             len(self),
@@ -130,6 +131,15 @@ class Ranker:
             self.device,
             time.perf_counter() - t0,
         )
+
+    def _prepare_filters(self, index: LoadedIndex) -> None:
+        """Filter columns, prepared once: a year of NaN never satisfies a bound."""
+        self._year = torch.tensor(
+            [math.nan if y is None else y for y in index.years], dtype=torch.float64
+        )  # (N,)
+        self._language = [(lang or "").casefold() for lang in index.languages]
+        self._author = ["\n".join(a).casefold() for a in index.authors]
+        self._mask = lru_cache(maxsize=64)(self._build_mask)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -207,6 +217,25 @@ class Ranker:
             k=k,
             scale=scale,
             mask=self.batch_mask(filters),
+            chunk_size=self.chunk_size,
+        )
+
+    def dense_heads(
+        self,
+        q: Tensor,
+        heads: Sequence[tuple[str, float]],
+        *,
+        filters: Sequence[Filters],
+        mask: Tensor | None,
+    ) -> DenseHeads:
+        """A search's dense heads, (field, scale) each, for the queries q (B, d): over this
+        ranker's keys, masked by `mask` (`batch_mask(filters)`)."""
+        del filters  # the mask says it here; the sharded router sends the filters instead
+        q = q.to(self.device)
+        return LocalDenseHeads(
+            [DenseHead(q, self.keys_by_field[field], scale) for field, scale in heads],
+            size=len(self),
+            mask=mask,
             chunk_size=self.chunk_size,
         )
 

@@ -1,15 +1,17 @@
 """Attend on Ray Serve (`attend serve --engine ray --shards S`): keys beyond one device.
 
     HTTP → Router (the FastAPI app: encodes the queries, batches them, merges)
-             ├─ shard-0 (rows 0 … N/S, replicas for load)   ─┐ each: top-k, log-sum-exp,
-             ├─ shard-1                                       ├ matched, in global rows
-             └─ …                                            ─┘
+             ├─ shard-0 (rows 0 … N/S, replicas for load)   ─┐ each: per dense head top-k,
+             ├─ shard-1                                       ├ log-sum-exp, matched; scores
+             └─ …                                            ─┘ and entropy parts; global rows
 
-Every shard replica loads its contiguous slice of the index from the database and answers
-`attend` for it, building masks from the filters itself; the router holds the books (ids,
-titles, … for the responses) but no keys, and merges the shards' answers exactly
-(models/sharded.py). The router serves the same app as `attend serve`, so routes, errors and
-request batching are the single-process ones. Needs the extra: `pip install "attend[ray]"`.
+Every shard replica loads its contiguous slice of the index from the database (every field's
+keys) and answers the dense heads' operations for it (service/sharded.py), building masks from
+the filters itself; the router holds the books (ids, titles, … for the responses) and the whole
+catalog's BM25 index but no keys, and merges the shards' answers exactly (models/sharded.py),
+so a search is the single-process mixture of heads. The router serves the same app as `attend
+serve`, so routes, errors and request batching are the single-process ones. Needs the extra:
+`pip install "attend[ray]"`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import signal
 import time
 from collections.abc import Sequence
 from types import FrameType
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 import ray
 from fastapi import FastAPI
@@ -32,14 +34,16 @@ from torch import Tensor
 
 from indexer import store
 from indexer.db import SchemaError, create_db_engine
-from models.sharded import ShardAnswer
+from models.sharded import ShardAnswer, SparseScores
 from service.errors import ShardsOutOfStepError
 from service.main import create_app
 from service.ranker import Filters, Ranker
 from service.settings import ServiceSettings
-from service.sharded import Shard, ShardedRanker
+from service.sharded import Fields, Shard, ShardedRanker
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 APP_NAME = "attend"
 
@@ -70,40 +74,98 @@ class ShardDeployment:
         """(start, stop, total): the rows this shard holds, of how many."""
         return self.shard.start, self.shard.stop, self.shard.total
 
-    async def attend(
-        self, q: Tensor, k: int, scale: float, filters: list[Filters]
-    ) -> tuple[ShardAnswer, int]:
-        """This shard's answer, and the catalog size it was loaded with."""
-        return self.shard.attend(q, k=k, scale=scale, filters=filters), self.shard.total
+    async def top(
+        self, q: Tensor, heads: list[tuple[str, float]], k: int, filters: list[Filters]
+    ) -> tuple[list[ShardAnswer], int]:
+        """Per dense head this shard's top-k and log-sum-exp, and the catalog size it was
+        loaded with (as every answer here)."""
+        return self.shard.top(q, heads=heads, k=k, filters=filters), self.shard.total
+
+    async def scores(
+        self, q: Tensor, heads: list[tuple[str, float]], cand: Tensor
+    ) -> tuple[Tensor, int]:
+        """The raw scores of the candidates in this shard (0 for the others)."""
+        return self.shard.scores(q, heads=heads, cand=cand), self.shard.total
+
+    async def sweep(
+        self,
+        q: Tensor,
+        *,
+        heads: list[tuple[str, float]],
+        filters: list[Filters],
+        pi: Tensor,
+        lse: Tensor,
+        cand: Tensor,
+        scored: list[SparseScores],
+    ) -> tuple[tuple[Tensor, Tensor], int]:
+        """The candidates' scores and this shard's part of the mixture's entropy."""
+        swept = self.shard.sweep(
+            q, heads=heads, filters=filters, pi=pi, lse=lse, cand=cand, scored=scored
+        )
+        return swept, self.shard.total
 
 
-class _Reply:
-    def __init__(self, response: DeploymentResponse[Any], total: int, name: str):
-        self.response, self.total, self.name = response, total, name
+class _Reply(Generic[T]):
+    """A shard's answer on its way, checked against the catalog size the router holds."""
 
-    def result(self) -> ShardAnswer:
+    def __init__(self, response: DeploymentResponse[Any], total: int, name: str, kind: type):
+        self.response, self.total, self.name, self.kind = response, total, name, kind
+
+    def result(self) -> T:
         answer, total = self.response.result()
         if total != self.total:
             raise ShardsOutOfStepError(
                 f"{self.name} holds {total} books, the router {self.total}: the index changed "
                 "under the deployment; restart it"
             )
-        if not isinstance(answer, ShardAnswer):
-            raise TypeError(f"{self.name} answered {type(answer).__name__}, not a ShardAnswer")
-        return answer
+        if not isinstance(answer, self.kind):
+            raise TypeError(f"{self.name} answered {type(answer).__name__}, not {self.kind}")
+        return cast(T, answer)
 
 
 class RayShard:
-    """The router's `ShardClient` for one shard deployment (any of its replicas)."""
+    """The router's `ShardClient` for one shard deployment (any of its replicas), rows
+    [start, stop) of a catalog of `total` books."""
 
-    def __init__(self, handle: DeploymentHandle[Any], *, total: int, name: str):
+    def __init__(
+        self, handle: DeploymentHandle[Any], *, total: int, name: str, start: int, stop: int
+    ):
         self.handle, self.total, self.name = handle, total, name
+        self.start, self.stop = start, stop
 
-    def submit(self, q: Tensor, *, k: int, scale: float, filters: Sequence[Filters]) -> _Reply:
-        response = cast(
-            DeploymentResponse[Any], self.handle.attend.remote(q, k, scale, list(filters))
+    def submit_top(
+        self, q: Tensor, *, heads: Fields, k: int, filters: Sequence[Filters]
+    ) -> _Reply[list[ShardAnswer]]:
+        response = self.handle.top.remote(q, list(heads), k, list(filters))
+        return self._reply(response, list)
+
+    def submit_scores(self, q: Tensor, *, heads: Fields, cand: Tensor) -> _Reply[Tensor]:
+        return self._reply(self.handle.scores.remote(q, list(heads), cand), Tensor)
+
+    def submit_sweep(
+        self,
+        q: Tensor,
+        *,
+        heads: Fields,
+        filters: Sequence[Filters],
+        pi: Tensor,
+        lse: Tensor,
+        cand: Tensor,
+        scored: list[SparseScores],
+    ) -> _Reply[tuple[Tensor, Tensor]]:
+        response = self.handle.sweep.remote(
+            q,
+            heads=list(heads),
+            filters=list(filters),
+            pi=pi,
+            lse=lse,
+            cand=cand,
+            scored=scored,
         )
-        return _Reply(response, self.total, self.name)
+        return self._reply(response, tuple)
+
+    def _reply(self, response: Any, kind: type) -> _Reply[Any]:
+        return _Reply(cast(DeploymentResponse[Any], response), self.total, self.name, kind)
 
 
 @serve.deployment
@@ -118,6 +180,7 @@ class Router:
         self.settings = settings
         self.shards = shards
         layout = await asyncio.gather(*(h.describe.remote() for h in shards))
+        self.layout: list[tuple[int, int, int]] = list(layout)
         totals = {total for _, _, total in layout}
         if len(totals) != 1:
             raise SchemaError(f"the shards loaded different indexes: {layout}")
@@ -131,10 +194,15 @@ class Router:
                 f"the shards hold {self.total} books, the database now {len(index)} "
                 "(a re-index in between): redeploy"
             )
-        return ShardedRanker(
-            index,
-            [RayShard(h, total=self.total, name=f"shard-{i}") for i, h in enumerate(self.shards)],
+        shards = [
+            RayShard(h, total=self.total, name=f"shard-{i}", start=start, stop=stop)
+            for i, (h, (start, stop, _)) in enumerate(zip(self.shards, self.layout, strict=True))
+        ]
+        # the lexical head's BM25 is the router's, over the whole catalog (global IDF)
+        descriptions = store.book_descriptions(
+            session=session, book_ids=index.ids, generation=index.generation
         )
+        return ShardedRanker(index, shards, descriptions=descriptions)
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return create_app(self.settings, ranker_loader=self.load_ranker)

@@ -26,8 +26,8 @@ import torch
 from models.encoder import Encoder
 from service.errors import IndexEmptyError
 from service.heads import LEXICAL, parse_heads
-from service.mixer import HeadPart, MixedHit, MixedRanking, rank_heads
-from service.ranker import RANK_FIELD, Filters, Ranker, Ranking
+from service.mixer import MixedRanking, rank_heads
+from service.ranker import Filters, Ranker
 from service.schemas import HeadInfo, HeadShare, SearchHit, SearchOptions, SearchResponse
 
 logger = logging.getLogger(__name__)
@@ -171,23 +171,18 @@ class Searcher:
         filters = [_filters(job.options) for job in jobs for _ in job.queries]
         heads = [self._heads(job.options) for job in jobs for _ in job.queries]
         k = max(job.options.offset + job.options.k for job in jobs)
-        if ranker.holds_keys:
-            rankings = iter(
-                rank_heads(
-                    ranker,
-                    q,
-                    texts,
-                    k=k,
-                    heads=heads,
-                    scale=self.scale,
-                    lexical_scale=self.lexical_scale,
-                    filters=filters,
-                )
+        rankings = iter(
+            rank_heads(
+                ranker,
+                q,
+                texts,
+                k=k,
+                heads=heads,
+                scale=self.scale,
+                lexical_scale=self.lexical_scale,
+                filters=filters,
             )
-        else:  # the sharded router: the shards' merged description head
-            rankings = iter(
-                _description_only(r) for r in ranker.rank(q, k=k, scale=self.scale, filters=filters)
-            )
+        )
         self.batch_sizes.append(len(texts))
         if self.on_batch is not None:
             self.on_batch(len(texts))
@@ -242,17 +237,3 @@ class Searcher:
 
 def _filters(options: SearchOptions) -> Filters:
     return Filters(options.author, options.year_min, options.year_max, options.language)
-
-
-def _description_only(ranking: Ranking) -> MixedRanking:
-    """A single-head ranking as a mixture of one head (its entropy unknown: None)."""
-    return MixedRanking(
-        hits=[
-            MixedHit(h.row, h.score, h.weight, {RANK_FIELD: HeadPart(h.score, h.weight, h.weight)})
-            for h in ranking.hits
-        ],
-        matched=ranking.matched,
-        head_weights={RANK_FIELD: 1.0},
-        entropy=None,
-        rounds=0,
-    )

@@ -1,10 +1,14 @@
 """Sharded exact attention: 1, 2 and 3 shards give one index's ids and weights (relative 1e-6)
-on the demo catalog embedded with the real model, with and without filters."""
+on the demo catalog embedded with the real model, with and without filters; and a sharded search
+(the router's mixture of heads over `LocalShard`s) gives the single-process search's answer: ids,
+weights, per-head scores, probabilities and shares, π and entropy."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from sqlalchemy.orm import Session
@@ -14,13 +18,21 @@ from indexer.data import DEMO_CATALOG
 from indexer.settings import IndexSettings
 from models.attention import Attention, attend
 from models.encoder import SentenceTransformerEncoder
-from models.sharded import ShardAnswer, attend_shard, merge, split
+from models.mixture import ScoredHead
+from models.sharded import ShardAnswer, SparseScores, attend_shard, merge, split
+from service.heads import parse_heads
+from service.mixer import MixedHit, MixedRanking, rank_heads
 from service.ranker import RANK_FIELD, Filters, Ranker
+from service.schemas import SearchOptions, SearchResponse
+from service.searcher import Searcher
 from service.sharded import LocalShard, Shard, ShardedRanker
 
 pytestmark = pytest.mark.model
 QUERIES = ["generative AI", "the history of Rome", "a picture book about a bear", "databases"]
+# plus an author's name (the lexical head's strength) and words in no book (it abstains)
+SEARCHES = [*QUERIES, "Kleppmann", "qwertyuiop asdfghjkl"]
 SCALE = 20.0
+DEFAULT_HEADS = parse_heads("title:0.3,description:0.4,lexical:0.3")
 
 
 @pytest.fixture(scope="module")
@@ -29,16 +41,30 @@ def encoder() -> SentenceTransformerEncoder:
 
 
 @pytest.fixture(scope="module")
-def index(
+def catalog(
     encoder: SentenceTransformerEncoder, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[store.LoadedIndex]:
-    """The demo catalog indexed with the real model into SQLite, loaded as the service does."""
+) -> tuple[store.LoadedIndex, list[str | None]]:
+    """The demo catalog indexed with the real model into SQLite, loaded as the service does,
+    and its descriptions (the lexical head's BM25 reads them)."""
     url = f"sqlite:///{tmp_path_factory.mktemp('sharded') / 'attend.db'}"
     engine = db.create_db_engine(url)
-    pipeline.run(IndexSettings(database_url=url), engine=engine, encoder=encoder, path=DEMO_CATALOG)
-    with Session(engine) as session:
-        yield store.load_index(session=session, model=encoder.name)
-    engine.dispose()
+    try:
+        pipeline.run(
+            IndexSettings(database_url=url), engine=engine, encoder=encoder, path=DEMO_CATALOG
+        )
+        with Session(engine) as session:
+            index = store.load_index(session=session, model=encoder.name)
+            descriptions = store.book_descriptions(
+                session=session, book_ids=index.ids, generation=index.generation
+            )
+    finally:
+        engine.dispose()
+    return index, descriptions
+
+
+@pytest.fixture(scope="module")
+def index(catalog: tuple[store.LoadedIndex, list[str | None]]) -> store.LoadedIndex:
+    return catalog[0]
 
 
 def _assert_same(got: Attention, want: Attention) -> None:
@@ -155,3 +181,204 @@ def test_a_shard_with_no_rows_answers_nothing(index: store.LoadedIndex) -> None:
         torch.from_numpy(index.keys[RANK_FIELD][:2]), k=3, scale=SCALE, filters=[Filters()] * 2
     )
     assert answer.indices.shape == (2, 0) and torch.all(torch.isneginf(answer.logsumexp))
+
+
+def test_a_shard_with_no_rows_adds_nothing_to_a_mixture(index: store.LoadedIndex) -> None:
+    tiny = Shard(index, shard=0, shards=len(index) + 1, device="cpu")  # rows [0, 0)
+    q = torch.from_numpy(index.keys[RANK_FIELD][:2])
+    heads = [("title", SCALE), (RANK_FIELD, SCALE)]
+    cand = torch.tensor([[0, 5, -1], [3, 4, 7]])
+    zeros = torch.zeros(2, 3, 2, dtype=torch.float64)
+    assert torch.equal(tiny.scores(q, heads=heads, cand=cand), zeros)
+    pi, lse = torch.full((2, 2), 0.5, dtype=torch.float64), torch.zeros(2, 2, dtype=torch.float64)
+    scores, entropy = tiny.sweep(
+        q, heads=heads, filters=[Filters()] * 2, pi=pi, lse=lse, cand=cand, scored=[]
+    )
+    assert torch.equal(scores, zeros)
+    assert torch.equal(entropy, torch.zeros(2, dtype=torch.float64))
+
+
+def test_shards_must_tile_the_catalog(index: store.LoadedIndex) -> None:
+    shard = LocalShard(Shard(index, shard=0, shards=2, device="cpu"))
+    with pytest.raises(ValueError, match="do not tile"):
+        ShardedRanker(index, [shard])
+
+
+def test_sparse_scores_rebuild_a_shards_slice() -> None:
+    scores = torch.tensor(
+        [
+            [-math.inf, 2.5, -math.inf, -math.inf, 1.0, -math.inf],  # a query with terms
+            [0.0, 0.0, 3.0, 0.0, 0.0, 0.0],  # an abstaining row: 0 but outside the mask
+            [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],  # anything else: exact, only not sparse
+        ]
+    )
+    head = ScoredHead(scores, 1.5)
+    for start, stop in [(0, 6), (1, 4), (4, 6), (3, 3)]:
+        part = SparseScores.of(head, start, stop)
+        assert part.values.numel() <= 2 + 1 + (stop - start)
+        rebuilt = part.head()
+        assert rebuilt.scale == 1.5 and torch.equal(rebuilt.scores, scores[:, start:stop])
+
+
+def _searcher(encoder: SentenceTransformerEncoder, ranker: Ranker) -> Searcher:
+    return Searcher(encoder, ranker, scale=SCALE, heads=DEFAULT_HEADS, lexical_scale=1.0)
+
+
+def _sharded_ranker(
+    catalog: tuple[store.LoadedIndex, list[str | None]], shards: int
+) -> ShardedRanker:
+    index, descriptions = catalog
+    clients = [
+        LocalShard(Shard(index, shard=s, shards=shards, device="cpu")) for s in range(shards)
+    ]
+    return ShardedRanker(index, clients, descriptions=descriptions)
+
+
+@pytest.fixture(scope="module")
+def single(catalog: tuple[store.LoadedIndex, list[str | None]]) -> Ranker:
+    index, descriptions = catalog
+    return Ranker(index, device="cpu", descriptions=descriptions)
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["2-shards", "3-shards"])
+def sharded(
+    request: pytest.FixtureRequest, catalog: tuple[store.LoadedIndex, list[str | None]]
+) -> ShardedRanker:
+    return _sharded_ranker(catalog, request.param)
+
+
+def _close(got: Any, want: Any, path: str = "") -> None:
+    """Equal, floats to a relative 1e-6 (raw scores: also 1e-7 absolute, fp32 dot products;
+    match strength, a log ratio that is 0 for a uniform answer: 1e-9)."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys(), path
+        for key in want:
+            _close(got[key], want[key], f"{path}.{key}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), path
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _close(g, w, f"{path}[{i}]")
+    elif isinstance(want, float) and not isinstance(got, bool):
+        absolute = {".score": 1e-7, ".match_strength": 1e-9}.get(path[path.rfind(".") :], 0.0)
+        assert math.isclose(got, want, rel_tol=1e-6, abs_tol=absolute), (path, got, want)
+    else:
+        assert got == want, (path, got, want)
+
+
+@pytest.mark.parametrize(
+    "heads", [None, "title:1", "lexical:1", "description:1", "title:0.5,lexical:0.5"]
+)
+@pytest.mark.parametrize(
+    "filters",
+    [{}, {"author": "a"}, {"year_min": 2000}, {"year_max": 1990, "language": "en"}],
+    ids=["no-filter", "author", "year-min", "year-max-language"],
+)
+def test_sharded_search_answers_like_one_process(
+    encoder: SentenceTransformerEncoder,
+    single: Ranker,
+    sharded: ShardedRanker,
+    heads: str | None,
+    filters: dict[str, Any],
+) -> None:
+    """Through `Searcher.search_now`, as the service answers: the same responses, field by
+    field, with the default heads, one head, and two; with and without filters."""
+    options = SearchOptions(k=10, offset=2, heads=heads, **filters)
+    want = _searcher(encoder, single).search_now(SEARCHES, options)
+    got = _searcher(encoder, sharded).search_now(SEARCHES, options)
+    for g, w in zip(got, want, strict=True):
+        assert isinstance(g, SearchResponse) and g.entropy is not None
+        assert [h.id for h in g.results] == [h.id for h in w.results], g.query
+        _close(g.model_dump(), w.model_dump())
+    assert any(r.results for r in want)
+    if heads is None and not filters:  # the lexical head answers, or abstains without a word
+        assert "lexical" in want[4].heads and "lexical" not in want[5].heads
+
+
+def _hit(hit: MixedHit) -> dict[str, Any]:
+    heads = {name: vars(part) for name, part in hit.heads.items()}
+    return {"weight": hit.weight, "score": hit.score, "heads": heads}
+
+
+def _same_rankings(got: list[MixedRanking], want: list[MixedRanking]) -> None:
+    assert [r.matched for r in got] == [r.matched for r in want]
+    assert [r.rounds for r in got] == [r.rounds for r in want]
+    for g, w in zip(got, want, strict=True):
+        assert g.head_weights == w.head_weights
+        assert [h.row for h in g.hits] == [h.row for h in w.hits]
+        _close([_hit(h) for h in g.hits], [_hit(h) for h in w.hits])
+        assert g.entropy is not None and w.entropy is not None
+        assert math.isclose(g.entropy, w.entropy, rel_tol=1e-6)
+
+
+def test_sharded_rank_heads_with_heads_and_filters_per_query(
+    encoder: SentenceTransformerEncoder, single: Ranker, sharded: ShardedRanker
+) -> None:
+    """One batch whose queries each have their own heads and filters ((B, N) masks)."""
+    q = encoder.encode(SEARCHES)
+    heads = [
+        DEFAULT_HEADS,
+        parse_heads("title:1"),
+        parse_heads("lexical:1"),
+        parse_heads("description:0.5,lexical:0.5"),
+        parse_heads("title:0.2,description:0.8"),
+        parse_heads("lexical:1"),  # abstains: uniform over the matched books
+    ]
+    filters = [
+        Filters(),
+        Filters(year_min=2000),
+        Filters(author="a"),
+        Filters(language="zz"),  # nothing left
+        Filters(year_max=2015),
+        Filters(),
+    ]
+    args: dict[str, Any] = {"k": 20, "heads": heads, "scale": SCALE, "lexical_scale": 1.0}
+    want = rank_heads(single, q, SEARCHES, filters=filters, **args)
+    got = rank_heads(sharded, q, SEARCHES, filters=filters, **args)
+    _same_rankings(got, want)
+    assert want[3].matched == 0 and got[3].hits == []
+    assert len(want[5].hits) == 20 and want[5].head_weights == {"lexical": 1.0}
+
+
+def _disagreeing_index(n: int = 2000) -> store.LoadedIndex:
+    """Title and description keys whose scores against q = e₁ are two flat lists with disjoint
+    tops (as in tests/test_mixture.py): the threshold needs more than one round."""
+    a, b = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
+    a[:1000] = torch.linspace(1.0, 0.99, 1000)
+    b[1000:] = torch.linspace(0.9995, 0.9895, 1000)
+    a[1500] = b[500] = 0.995  # books good in both heads
+
+    def keys(s: torch.Tensor) -> np.ndarray:
+        k = torch.zeros(n, 4, dtype=torch.float64)
+        k[:, 0], k[:, 1] = s, (1 - s**2).sqrt()  # unit length, q·k = s
+        return k.float().numpy()
+
+    description = keys(b)
+    return store.LoadedIndex(
+        ids=[f"book-{i}" for i in range(n)],
+        titles=[f"Book {i}" for i in range(n)],
+        authors=[[f"Author {i % 7}"] for i in range(n)],
+        years=[1990 + i % 30 for i in range(n)],
+        languages=["en"] * n,
+        keys={"title": keys(a), RANK_FIELD: description},
+        values=description,
+        model="crafted",
+        generation=1,
+    )
+
+
+@pytest.mark.parametrize("shards", [2, 3])
+def test_sharded_threshold_rounds_give_the_single_answer(shards: int) -> None:
+    """More than one threshold round: the shards' top k' again and the candidates' scores."""
+    index = _disagreeing_index()
+    single = Ranker(index, device="cpu")
+    router = _sharded_ranker((index, [None] * len(index)), shards)
+    q = torch.tensor([[1.0, 0.0, 0.0, 0.0]] * 3)
+    texts = ["book", "author 3", "nothing here"]
+    heads = [parse_heads("title:0.5,description:0.5")] * 2 + [parse_heads("title:1")]
+    filters = [Filters(), Filters(year_min=2000), Filters(author="author 3")]
+    args: dict[str, Any] = {"k": 5, "heads": heads, "scale": SCALE, "lexical_scale": 1.0}
+    want = rank_heads(single, q, texts, filters=filters, **args)
+    got = rank_heads(router, q, texts, filters=filters, **args)
+    assert want[0].rounds > 1
+    assert {h.row for h in want[0].hits[:2]} == {500, 1500}
+    _same_rankings(got, want)
