@@ -59,15 +59,21 @@ OPTIONS = [
 ]
 
 
-@pytest.fixture
-def searcher(engine: Engine, tmp_path: Path) -> Iterator[Searcher]:
+def _index_books(engine: Engine, folder: Path) -> str:
+    """BOOKS indexed into `engine` with the random encoder; the database URL."""
     url = engine.url.render_as_string(hide_password=False)
     pipeline.run(
         IndexSettings(database_url=url),
         engine=engine,
         encoder=RandomEncoder(),
-        path=write_jsonl(tmp_path / "books.jsonl", BOOKS),
+        path=write_jsonl(folder / "books.jsonl", BOOKS),
     )
+    return url
+
+
+@pytest.fixture
+def searcher(engine: Engine, tmp_path: Path) -> Iterator[Searcher]:
+    url = _index_books(engine, tmp_path)
     settings = ServiceSettings(database_url=url, device="cpu", batch_window_ms=200, max_batch=64)
     s = build_searcher(settings, engine=engine, encoder=RandomEncoder())
     s.start()
@@ -181,13 +187,7 @@ def test_the_ranker_streams_the_loaded_keys_without_a_copy(engine: Engine, tmp_p
     """The store loads keys column-major, the ranker's layout: on the CPU in float32 it keeps
     those very arrays, and its `host_index` (what a generation diff is folded into) views them
     again: one copy of the keys in memory, not two."""
-    url = engine.url.render_as_string(hide_password=False)
-    pipeline.run(
-        IndexSettings(database_url=url),
-        engine=engine,
-        encoder=RandomEncoder(),
-        path=write_jsonl(tmp_path / "books.jsonl", BOOKS),
-    )
+    _index_books(engine, tmp_path)
     with Session(engine) as session:
         index = store.load_index(session=session, model=RandomEncoder.name)
     ranker = Ranker(index, device="cpu")
