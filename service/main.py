@@ -91,6 +91,12 @@ class RankerLoader(Protocol):
     def __call__(self, settings: ServiceSettings, *, session: Session, model: str) -> Ranker: ...
 
 
+class WatcherFactory(Protocol):
+    """What follows new generations for an app with its own ranker loader (the Ray router)."""
+
+    def __call__(self, *, engine: Engine, searcher: Searcher) -> GenerationWatcher: ...
+
+
 def build_encoder(settings: CommonSettings) -> Encoder:
     device = pick_device(settings.device).type
     return SentenceTransformerEncoder(
@@ -200,10 +206,11 @@ def create_app(
     *,
     encoder: Encoder | None = None,
     ranker_loader: RankerLoader = load_ranker,
+    follow: WatcherFactory | None = None,
 ) -> FastAPI:
     """The app for `settings` (read from the environment when None). `encoder` replaces the
     configured model, for tests; `ranker_loader` the single-process ranker (the Ray Serve router
-    passes its sharded one)."""
+    passes its sharded one, and `follow`, what follows new generations for it)."""
     settings = settings or ServiceSettings()
 
     @asynccontextmanager
@@ -217,18 +224,18 @@ def create_app(
                 settings, engine=engine, encoder=model, ranker_loader=ranker_loader
             )
             searcher.on_batch = metrics.observe_batch
-            # Only an app that loads the index itself follows new generations; a ranker from
-            # another loader (the Ray router's shards) is that loader's to renew.
-            watcher = (
-                GenerationWatcher(
+            # An app that loads the index itself follows new generations; a ranker from another
+            # loader (the Ray router's shards) is followed by what that loader's caller gives.
+            watcher: GenerationWatcher | None = None
+            if follow is not None:
+                watcher = follow(engine=engine, searcher=searcher)
+            elif ranker_loader is load_ranker:
+                watcher = GenerationWatcher(
                     engine=engine,
                     searcher=searcher,
                     build=lambda index, session: build_ranker(settings, index, session=session),
                     poll_s=settings.generation_poll_s,
                 )
-                if ranker_loader is load_ranker
-                else None
-            )
             jobs = ReindexJobs(
                 settings=index_settings(settings),
                 engine=engine,

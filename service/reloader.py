@@ -6,6 +6,10 @@ into the serving ranker's rows (`Ranker.host_index`: its own tensors on the CPU,
 copy on a GPU), and a new `Ranker` is built beside the serving one; the searcher then switches
 to it with one attribute assignment, so every search is answered by one whole generation, never
 a mix. Between switches no second copy of the keys is kept.
+
+The Ray Serve router (service/ray_serve.py) reuses the watcher with its hooks: `ready` (every
+shard holds the new generation), a full load (`incremental=False`: the router holds no keys to
+fold a diff into) and `on_swap` (the shards may drop the older generations).
 """
 
 from __future__ import annotations
@@ -36,11 +40,17 @@ class GenerationWatcher:
         searcher: Searcher,
         build: Callable[[LoadedIndex, Session], Ranker],
         poll_s: float,
+        ready: Callable[[int], bool] | None = None,
+        incremental: bool = True,
+        on_swap: Callable[[Ranker], None] | None = None,
     ):
         self.engine = engine
         self.searcher = searcher
         self.build = build
         self.poll_s = poll_s
+        self.ready = ready  # False: not yet (asked again at the next check)
+        self.incremental = incremental  # fold the diff into the served ranker's rows
+        self.on_swap = on_swap  # called with the new ranker once it serves
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -77,7 +87,10 @@ class GenerationWatcher:
                 g = store.active_generation_id(session=session)
                 if g is None or g == old.generation:
                     return False
-                if old.generation is None or g < old.generation:
+                if self.ready is not None and not self.ready(g):
+                    logger.debug("generation %d is active but not ready to serve yet", g)
+                    return False
+                if not self.incremental or old.generation is None or g < old.generation:
                     index = store.load_index(session=session, model=old.model, generation=g)
                     how = "full load"
                 else:
@@ -88,6 +101,8 @@ class GenerationWatcher:
                     how = f"diff: {len(diff.added)} rows in, {len(diff.removed)} out"
                 ranker = self.build(index, session)
             self.searcher.ranker = ranker  # atomic: a batch reads the attribute once
+            if self.on_swap is not None:
+                self.on_swap(ranker)
             logger.info(
                 "serving generation %d (%d books; %s) after %.2f s",
                 g,
