@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from models.attention import Attention, attend
-from models.mixture import ScoredHead, TopLists
+from models.heads import ScoredHead, TopLists
 
 T_co = TypeVar("T_co", covariant=True)
 

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from models.mixture import ScoredHead, mix_topk
+from models.heads import ScoredHead
+from models.mixture import mix_topk
 from service.heads import HEADS, LEXICAL
 from service.ranker import RANK_FIELD, Filters, Ranker
 

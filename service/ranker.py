@@ -16,7 +16,7 @@ from torch import Tensor
 from indexer.store import LoadedIndex
 from models.attention import Attention, attend
 from models.device import pick_device
-from models.mixture import DenseHead, DenseHeads, LocalDenseHeads
+from models.heads import DenseHead, DenseHeads, LocalDenseHeads
 from service.lexical import LexicalIndex, book_document
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from models.mixture import DenseHead, Head, mixture_topk
+from models.heads import DenseHead, Head
+from models.mixture import mixture_topk
 from service.errors import BookNotFoundError, KeysElsewhereError
 from service.ranker import Ranker
 from service.schemas_books import (

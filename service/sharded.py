@@ -34,7 +34,7 @@ from torch import Tensor
 
 from indexer.store import LoadedIndex
 from models.attention import Attention
-from models.mixture import DenseHead, DenseHeads, LocalDenseHeads
+from models.heads import DenseHead, DenseHeads, LocalDenseHeads
 from models.sharded import (
     Reply,
     ShardAnswer,

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from models.mixture import DenseHead, ScoredHead, mixture_topk
+from models.heads import DenseHead, ScoredHead
+from models.mixture import mixture_topk
 
 
 def _unit(n: int, d: int, seed: int) -> torch.Tensor:

@@ -18,7 +18,7 @@ from indexer.data import DEMO_CATALOG
 from indexer.settings import IndexSettings
 from models.attention import Attention, attend
 from models.encoder import SentenceTransformerEncoder
-from models.mixture import ScoredHead
+from models.heads import ScoredHead
 from models.sharded import ShardAnswer, SparseScores, attend_shard, merge, split
 from service.heads import parse_heads
 from service.mixer import MixedHit, MixedRanking, rank_heads

@@ -1,0 +1,196 @@
+"""A mixture's heads: what each is (`DenseHead`: logits scale · q Kᵀ over keys; `ScoredHead`:
+logits scale · s over scores given for every book, e.g. BM25), and the three operations the
+mixture needs from its dense heads, behind `DenseHeads`:
+
+    top(k')       each head's top k' rows, their weights and exact scores, and its log-sum-exp
+    scores(cand)  the raw scores of given rows
+    sweep(...)    one chunked pass: the candidates' scores and the mixture's entropy
+
+`LocalDenseHeads` answers them over keys in this process (all of the catalog, or one shard's
+rows); `models.sharded.ShardedDenseHeads` asks shards and merges their answers exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from models.attention import DEFAULT_CHUNK_SIZE, Attention, attend, raw_scores
+
+
+@dataclass(frozen=True)
+class DenseHead:
+    """Logits scale · q Kᵀ. Heads sharing the same `keys` tensor and scale run in one `attend`."""
+
+    q: Tensor  # (B, d)
+    keys: Tensor  # (N, d)
+    scale: float
+
+
+@dataclass(frozen=True)
+class ScoredHead:
+    """Logits scale · scores, for scores computed for every book (e.g. BM25); a score of −inf
+    leaves the book out of this head (p = 0) without masking it from the others."""
+
+    scores: Tensor  # (B, N) float
+    scale: float
+
+
+Head = DenseHead | ScoredHead
+# per head: its top rows (B, k') int64, −1 padded, their weights (B, k') float64, 0 padded, and
+# their exact raw scores (B, k') float64
+TopLists = list[tuple[Tensor, Tensor, Tensor]]
+
+
+class DenseHeads(Protocol):
+    """A mixture's dense heads, wherever their keys are; rows are the catalog's, and the mask
+    (the filters) is the implementation's to apply."""
+
+    @property
+    def scales(self) -> Sequence[float]:
+        """One per dense head."""
+        ...
+
+    @property
+    def size(self) -> int:
+        """The catalog rows the heads cover."""
+        ...
+
+    def top(self, k: int) -> tuple[TopLists, Tensor]:
+        """Each head's top k rows and their weights, and its log-sum-exp (B, Hd) float64 over
+        the unmasked rows."""
+        ...
+
+    def scores(self, cand: Tensor) -> Tensor:
+        """Raw scores (B, C, Hd) float64 of the candidate rows cand (B, C) (−1: padding, whose
+        score is anything)."""
+        ...
+
+    def sweep(
+        self, pi: Tensor, lse: Tensor, cand: Tensor, scored: Sequence[ScoredHead]
+    ) -> tuple[Tensor, Tensor]:
+        """One pass over every row: the candidates' raw scores (B, C, Hd) float64, and the entropy
+        −Σ_i w_i log w_i (B,) float64 over the unmasked rows, w_i = Σ_h π_h exp(scale_h s_hi −
+        lse_h). pi, lse (B, Hd + Hs): the dense heads' columns first, then those of `scored`,
+        whose scores are aligned with the rows these heads cover."""
+        ...
+
+
+class LocalDenseHeads:
+    """`DenseHeads` over keys in this process: rows [offset, offset + size) of the catalog (all
+    of it unless these keys are one shard's), `mask` (N,) or (B, N) over those rows."""
+
+    def __init__(
+        self,
+        heads: Sequence[DenseHead],
+        *,
+        size: int,
+        mask: Tensor | None = None,
+        chunk_size: int | None = None,
+        offset: int = 0,
+    ):
+        if any(head.keys.shape[0] != size for head in heads):
+            raise ValueError(f"dense heads' keys disagree with the size {size}")
+        self.heads = list(heads)
+        self.size = size
+        self.mask = None if mask is None else mask.to(dtype=torch.bool)
+        self.chunk_size = chunk_size
+        self.offset = offset
+
+    @property
+    def scales(self) -> list[float]:
+        return [head.scale for head in self.heads]
+
+    def attend(self, k: int) -> list[Attention]:
+        """Per head, `attend` over its keys (rows of these keys, not offset); heads sharing keys
+        and scale run in one call over their stacked queries."""
+        out: list[Attention | None] = [None] * len(self.heads)
+        groups: dict[tuple[int, float], list[int]] = {}
+        for h, head in enumerate(self.heads):
+            groups.setdefault((id(head.keys), head.scale), []).append(h)
+        mask, C = self.mask, self.chunk_size
+        for members in groups.values():
+            first = self.heads[members[0]]
+            if len(members) == 1:
+                out[members[0]] = attend(
+                    first.q, first.keys, k=k, scale=first.scale, mask=mask, chunk_size=C
+                )
+                continue
+            B = first.q.shape[0]
+            q = torch.cat([self.heads[h].q for h in members])
+            m = mask if mask is None or mask.dim() == 1 else mask.repeat(len(members), 1)
+            att = attend(q, first.keys, k=k, scale=first.scale, mask=m, chunk_size=C)
+            for j, h in enumerate(members):
+                rows = slice(j * B, (j + 1) * B)
+                out[h] = Attention(
+                    indices=att.indices[rows],
+                    scores=att.scores[rows],
+                    weights=att.weights[rows],
+                    logsumexp=att.logsumexp[rows],
+                    matched=att.matched[rows],
+                    output=None,
+                )
+        return [att for att in out if att is not None]
+
+    def top(self, k: int) -> tuple[TopLists, Tensor]:
+        atts = self.attend(k)
+        lse = torch.empty(atts[0].indices.shape[0], len(atts), dtype=torch.float64)
+        top: TopLists = []
+        for h, att in enumerate(atts):
+            idx = att.indices.cpu()
+            if self.offset:
+                idx = torch.where(idx >= 0, idx + self.offset, -1)
+            top.append((idx, att.weights.double().cpu(), att.scores.double().cpu()))
+            lse[:, h] = att.logsumexp.double().cpu()
+        return top, lse
+
+    def scores(self, cand: Tensor) -> Tensor:
+        """From the candidates' gathered keys; rows outside these keys score 0 (a shard's part:
+        the shards' parts add up to every candidate's score)."""
+        B, C = cand.shape
+        out = torch.zeros(B, C, len(self.heads), dtype=torch.float64)
+        if not self.heads or self.size == 0:
+            return out
+        local = cand - self.offset
+        inside = (local >= 0) & (local < self.size)  # (B, C)
+        safe = torch.where(inside, local, 0)
+        for h, head in enumerate(self.heads):
+            kc = head.keys[safe.to(head.keys.device)].float()  # (B, C, d)
+            s = torch.bmm(kc, head.q.to(kc.device).float()[:, :, None])[:, :, 0]  # (B, C) fp32
+            out[:, :, h] = torch.where(inside, s.double().cpu(), 0.0)
+        return out
+
+    def sweep(
+        self, pi: Tensor, lse: Tensor, cand: Tensor, scored: Sequence[ScoredHead]
+    ) -> tuple[Tensor, Tensor]:
+        """Over these rows only: candidates elsewhere score 0, and the entropy is these rows'
+        part of the sum (the shards' parts add up to the whole)."""
+        B, N, Hd = pi.shape[0], self.size, len(self.heads)
+        C = self.chunk_size or DEFAULT_CHUNK_SIZE
+        # the pass stays where the keys are
+        device = self.heads[0].keys.device if self.heads else torch.device("cpu")
+        pi, lse, cand = pi.to(device), lse.to(device), (cand - self.offset).to(device)
+        mask = None if self.mask is None else self.mask.to(device)
+        scores = torch.zeros(B, cand.shape[1], Hd, dtype=torch.float64, device=device)
+        total = torch.zeros(B, dtype=torch.float64, device=device)
+        for start in range(0, N, C):
+            stop = min(N, start + C)
+            inside = (cand >= start) & (cand < stop)  # (B, C) candidates in this chunk
+            at = (cand - start).clamp(0, stop - start - 1)
+            w = torch.zeros(B, stop - start, dtype=torch.float64, device=device)
+            for h, head in enumerate(self.heads):
+                kc = head.keys[start:stop]
+                s = raw_scores(head.q.to(kc.device), kc).double()  # (B, c)
+                scores[:, :, h] = torch.where(inside, s.gather(1, at), scores[:, :, h])
+                w += pi[:, h : h + 1] * (s * head.scale - lse[:, h : h + 1]).exp()
+            for j, sh in enumerate(scored, start=Hd):
+                s = sh.scores[:, start:stop].to(device, torch.float64)
+                w += pi[:, j : j + 1] * (s * sh.scale - lse[:, j : j + 1]).exp()
+            if mask is not None:
+                w = w * mask[..., start:stop]
+            total -= torch.where(w > 0, w * w.clamp_min(1e-300).log(), 0.0).sum(-1)
+        return scores.cpu(), total.cpu()
