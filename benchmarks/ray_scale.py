@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from sqlalchemy.orm import Session
 
+from benchmarks._common import run_as_the_service
 from benchmarks.queries import unique_queries
 from indexer import db, pipeline, ray_embed, store
 from indexer.catalog import CatalogRecord, scan_catalog
@@ -149,8 +150,9 @@ def hop(url: str, queries: int) -> list[dict[str, Any]]:
                     )
                     for s in range(n)
                 ]
+                assert index.generation is not None
                 clients = [
-                    RayShard(h, total=len(index), name=f"shard-{s}", start=a, stop=b)
+                    RayShard(h, generation=index.generation, name=f"shard-{s}", start=a, stop=b)
                     for s, (h, (a, b)) in enumerate(zip(handles, split(len(index), n), strict=True))
                 ]
                 label = f"{n} Ray Serve shard{'s' if n > 1 else ''} + merge"
@@ -214,6 +216,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    run_as_the_service()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with tempfile.TemporaryDirectory(prefix="attend-ray-scale-") as tmp:

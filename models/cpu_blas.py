@@ -5,13 +5,16 @@ this project is measured on, OpenBLAS ran the attention's product (384-dim keys 
 layout, N = 1M) 1.4x faster than MKL at B = 1 and 1.5-1.7x at B = 16 and 256; FAISS, the
 baseline, multiplies with OpenBLAS too. On Intel CPUs MKL is often the faster one. So the first
 CPU product of a process times both on a chunk of the attention's work and keeps the faster
-(logged). Both give the same scores up to float32 rounding (their summation orders differ).
+(logged); OpenBLAS only when torch's OpenMP threads do not spin (OMP_WAIT_POLICY=PASSIVE, as the
+`attend` command sets). Both give the same scores up to float32 rounding (their summation
+orders differ).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from typing import Literal
 
@@ -56,6 +59,11 @@ def backend() -> Backend:
     16), not spinning, it won (35)."""
     if _forced:
         return _forced[0]
+    if os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
+        # torch's threads spin after each operation and starve OpenBLAS's: measured 4-5 q/s
+        # against MKL's 16 at N = 1M, B = 1, though a short calibration can come out either way
+        logger.info("CPU matmul: mkl (OMP_WAIT_POLICY is not PASSIVE)")
+        return "mkl"
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(16, 384, generator=gen)  # (B, d)
     keys_t = torch.randn(384, 2 * 16_384, generator=gen)  # (d, 2C)
