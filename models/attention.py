@@ -84,8 +84,8 @@ def attend(
         else:
             matched += kc.shape[0]
 
-        # running top-k by raw score (scale > 0 keeps the order; the winners' scores need no
-        # second look at their keys), before the exp below overwrites s: chunk's ∪ best so far
+        # running top-k by raw score (scale > 0 keeps the order), before the exp below
+        # overwrites s: the chunk's best ∪ the best so far
         c_scores, c_pos = s.topk(min(kk, len(kc)), dim=-1)  # (B, ck), descending
         top_scores, best = torch.cat([top_scores, c_scores], dim=-1).topk(kk, dim=-1)  # (B, k)
         top_idx = torch.cat([top_idx, c_pos + start], dim=-1).gather(1, best)
