@@ -6,6 +6,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -138,6 +141,29 @@ def engine(database_url: str) -> Iterator[Engine]:
     eng.dispose()
 
 
+ATTEND = str(Path(sys.executable).with_name("attend"))  # the installed command
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def attend_index(catalog: Path, env: dict[str, str], cwd: Path | None = None) -> None:
+    """`attend index catalog`, the real command in a subprocess; its stderr fails the test."""
+    done = subprocess.run(
+        [ATTEND, "index", str(catalog)],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def write_jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
     import json
 
@@ -156,24 +182,36 @@ def demo_database_url(
         yield url
 
 
+def index_books(
+    engine: Engine,
+    folder: Path,
+    books: list[dict[str, object]],
+    encoder: FakeEncoder | None = None,
+) -> str:
+    """`books` indexed into `engine` (the fake encoder unless one is given); the database URL."""
+    from indexer import pipeline
+    from indexer.settings import IndexSettings
+
+    url = engine.url.render_as_string(hide_password=False)
+    pipeline.run(
+        IndexSettings(database_url=url),
+        engine=engine,
+        encoder=encoder or FakeEncoder(),
+        path=write_jsonl(folder / "books.jsonl", books),
+    )
+    return url
+
+
 @contextmanager
 def serve_books(
     engine: Engine, folder: Path, books: list[dict[str, object]], **settings: object
 ) -> Iterator[TestClient]:
     """The app over `books`, indexed into `engine` with the fake encoder (its settings are the
     defaults on the CPU plus `settings`)."""
-    from indexer import pipeline
-    from indexer.settings import IndexSettings
     from service.main import create_app
     from service.settings import ServiceSettings
 
-    url = engine.url.render_as_string(hide_password=False)
-    pipeline.run(
-        IndexSettings(database_url=url),
-        engine=engine,
-        encoder=FakeEncoder(),
-        path=write_jsonl(folder / "books.jsonl", books),
-    )
+    url = index_books(engine, folder, books)
     service = ServiceSettings(database_url=url, device="cpu", **settings)  # type: ignore[arg-type]
     with TestClient(create_app(service, encoder=FakeEncoder())) as client:
         yield client

@@ -11,9 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from conftest import FakeEncoder, write_jsonl
-from indexer import db, pipeline
-from indexer.settings import IndexSettings
+from conftest import FakeEncoder, index_books
+from indexer import db
 from service.main import create_app
 from service.settings import ServiceSettings
 
@@ -71,13 +70,7 @@ BOOKS = [
 
 @pytest.fixture
 def settings(engine: Engine, tmp_path: Path) -> ServiceSettings:
-    url = engine.url.render_as_string(hide_password=False)
-    pipeline.run(
-        IndexSettings(database_url=url),
-        engine=engine,
-        encoder=FakeEncoder(),
-        path=write_jsonl(tmp_path / "books.jsonl", BOOKS),
-    )
+    url = index_books(engine, tmp_path, BOOKS)
     return ServiceSettings(database_url=url, device="cpu", chunk_size=3)
 
 

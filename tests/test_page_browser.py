@@ -7,7 +7,6 @@ are hashed words, so a query word attends to the same word in the book).
 from __future__ import annotations
 
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from conftest import FakeEncoder, write_jsonl
+from conftest import FakeEncoder, free_port, write_jsonl
 from indexer import db, pipeline
 from indexer.settings import IndexSettings
 from service.main import create_app
@@ -48,12 +47,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
     # one database is enough here: the API tests run on SQLite and PostgreSQL
@@ -68,7 +61,7 @@ def server(tmp_path: Path) -> Iterator[str]:
     )
     engine.dispose()
     app = create_app(ServiceSettings(database_url=url, device="cpu"), encoder=FakeEncoder())
-    port = _free_port()
+    port = free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()

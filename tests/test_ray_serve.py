@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,14 +18,13 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from conftest import write_jsonl
+from conftest import ATTEND, attend_index, free_port, write_jsonl
 from indexer.data import DEMO_CATALOG
 from service.main import create_app
 from service.settings import ServiceSettings
 
 pytest.importorskip("ray", reason="the ray engine is an extra: pip install 'attend[ray]'")
 pytestmark = pytest.mark.model
-ATTEND = str(Path(sys.executable).with_name("attend"))
 # The sharded engine mixes the same heads as one process (its shards answer the dense heads, its
 # router the lexical one), so the default heads are compared, and single heads too.
 SEARCHES = [
@@ -41,12 +38,6 @@ SEARCHES = [
 _NOT_COMPARED = {"results", "entropy", "match_strength"}  # floats: compared approximately
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """(database URL, base URL) of the demo catalog served by 2 shards on Ray Serve."""
@@ -58,16 +49,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
         "HF_HUB_OFFLINE": "1",
         "ATTEND_GENERATION_POLL_S": "0.5",
     }
-    indexed = subprocess.run(
-        [ATTEND, "index", str(DEMO_CATALOG)],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
-    assert indexed.returncode == 0, indexed.stderr
-    port = _free_port()
+    attend_index(DEMO_CATALOG, env, cwd)
+    port = free_port()
     log = (cwd / "serve.log").open("wb")
     proc = subprocess.Popen(
         [ATTEND, "serve", "--engine", "ray", "--shards", "2", "--port", str(port)],
@@ -186,10 +169,7 @@ def test_sharded_service_follows_a_reindex(served: tuple[str, str], tmp_path: Pa
         before = ray.get("/healthz").json()["generation"]
         t0 = time.monotonic()
         env = {**os.environ, "ATTEND_DATABASE_URL": url, "HF_HUB_OFFLINE": "1"}
-        indexed = subprocess.run(
-            [ATTEND, "index", str(catalog)], env=env, capture_output=True, timeout=300, check=False
-        )
-        assert indexed.returncode == 0, indexed.stderr
+        attend_index(catalog, env)
         settings = ServiceSettings(database_url=url, device="cpu")
         with _one_thread(), TestClient(create_app(settings)) as local:
             after = local.get("/healthz").json()["generation"]

@@ -7,9 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import new_database
+from conftest import ATTEND, attend_index, free_port, new_database
 from indexer.data import DEMO_CATALOG
 
 PG_URL = os.environ.get("ATTEND_TEST_POSTGRES_URL")
@@ -26,7 +24,6 @@ pytestmark = [
     pytest.mark.postgres,
     pytest.mark.skipif(not PG_URL, reason="ATTEND_TEST_POSTGRES_URL is not set"),
 ]
-ATTEND = str(Path(sys.executable).with_name("attend"))
 NEW = {"id": "new-book", "title": "Quantum Gardening for Cats", "description": "Cats tend qubits."}
 QUERY = "/search?q=quantum%20gardening%20for%20cats&k=3"
 
@@ -35,12 +32,6 @@ QUERY = "/search?q=quantum%20gardening%20for%20cats&k=3"
 def pg_database(tmp_path: Path) -> Iterator[str]:
     with new_database("postgresql", tmp_path) as url:
         yield url
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _ready(base: str, proc: subprocess.Popen[bytes], deadline: float) -> None:
@@ -63,19 +54,8 @@ def test_a_reindex_reaches_both_replicas_whole(pg_database: str, tmp_path: Path)
         "HF_HUB_OFFLINE": "1",
     }
 
-    def index(catalog: Path) -> None:
-        done = subprocess.run(
-            [ATTEND, "index", str(catalog)],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-
-    index(DEMO_CATALOG)
-    ports = [_port(), _port()]
+    attend_index(DEMO_CATALOG, env, tmp_path)
+    ports = [free_port(), free_port()]
     replicas = [
         subprocess.Popen(
             [ATTEND, "serve", "--port", str(p)],
@@ -100,7 +80,7 @@ def test_a_reindex_reaches_both_replicas_whole(pg_database: str, tmp_path: Path)
         rows = DEMO_CATALOG.read_text(encoding="utf-8").splitlines()
         changed = tmp_path / "changed.jsonl"
         changed.write_text("\n".join([*rows, json.dumps(NEW)]) + "\n", encoding="utf-8")
-        index(changed)
+        attend_index(changed, env, tmp_path)
         switched_at = time.monotonic()
         seen: dict[str, float] = {}
         while len(seen) < 2 and time.monotonic() < switched_at + 20:

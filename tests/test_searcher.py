@@ -15,9 +15,8 @@ import torch
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from conftest import FakeEncoder, write_jsonl
-from indexer import pipeline, store
-from indexer.settings import IndexSettings
+from conftest import FakeEncoder, index_books
+from indexer import store
 from service.errors import IndexEmptyError
 from service.main import build_searcher
 from service.ranker import Ranker, key_dtype_for
@@ -61,14 +60,7 @@ OPTIONS = [
 
 def _index_books(engine: Engine, folder: Path) -> str:
     """BOOKS indexed into `engine` with the random encoder; the database URL."""
-    url = engine.url.render_as_string(hide_password=False)
-    pipeline.run(
-        IndexSettings(database_url=url),
-        engine=engine,
-        encoder=RandomEncoder(),
-        path=write_jsonl(folder / "books.jsonl", BOOKS),
-    )
-    return url
+    return index_books(engine, folder, BOOKS, RandomEncoder())
 
 
 @pytest.fixture
