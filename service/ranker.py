@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from indexer.store import LoadedIndex
+from models import cpu_blas
 from models.attention import Attention, attend
 from models.device import pick_device
 from models.heads import DenseHead, DenseHeads, LocalDenseHeads
@@ -121,6 +122,8 @@ class Ranker:
         )
         self.chunk_size = chunk_size
         self._prepare_filters(index)
+        if self.device.type == "cpu" and dtype == torch.float32:
+            cpu_blas.backend()  # measured once per process: at start-up, not in the first search
         logger.info(
             "loaded %d books × %d keys (%s) d=%d %s on %s in %.2f s",
             len(self),
