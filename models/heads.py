@@ -19,7 +19,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from models.attention import DEFAULT_CHUNK_SIZE, Attention, attend, raw_scores
+from models.attention import Attention, attend, chunk_for, raw_scores
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ class LocalDenseHeads:
         """Over these rows only: candidates elsewhere score 0, and the entropy is these rows'
         part of the sum (the shards' parts add up to the whole)."""
         B, N, Hd = pi.shape[0], self.size, len(self.heads)
-        C = self.chunk_size or DEFAULT_CHUNK_SIZE
+        C = self.chunk_size or chunk_for(B, N)
         # the pass stays where the keys are
         device = self.heads[0].keys.device if self.heads else torch.device("cpu")
         pi, lse, cand = pi.to(device), lse.to(device), (cand - self.offset).to(device)

@@ -36,8 +36,11 @@ class ServiceSettings(CommonSettings):
         "auto",
         description="Keys in memory: auto is float16 on CUDA and float32 on the CPU.",
     )
-    chunk_size: int = Field(
-        65_536, ge=1, description="Keys per chunk of the attention core: bounds memory to B·chunk."
+    chunk_size: int | None = Field(
+        None,
+        ge=1,
+        description="Keys per chunk of the attention core (memory is O(B·chunk)); unset: "
+        "sized per batch so a chunk's logits take at most 64 MiB (models.attention.chunk_for).",
     )
     batch_window_ms: float = Field(
         2.0,

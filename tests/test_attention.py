@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from models import cpu_blas
-from models.attention import attend
+from models.attention import BLOCK, SCORES_BUDGET, attend, chunk_for
 from models.device import pick_device
 
 
@@ -258,3 +258,57 @@ def test_keys_stored_transposed_give_the_same_answer() -> None:
     torch.testing.assert_close(a.weights, b.weights)
     assert b.output is not None and c.output is not None
     torch.testing.assert_close(b.output, c.output)
+
+
+@pytest.mark.parametrize(
+    ("B", "N", "chunk"), [(4, 20_000, None), (2, 9_001, 3_000), (64, 3_000, None)]
+)
+def test_block_maxima_find_the_same_top_k(B: int, N: int, chunk: int | None) -> None:
+    """Chunks wide enough for the block-max top-k (models/attention.py, _chunk_candidates),
+    ragged last blocks included, and duplicated keys, so that blocks tie on their maxima: the
+    same top-k weights and scores as float64."""
+    q = unit(B, 32, seed=41)
+    keys = unit(N, 32, seed=42)
+    keys[N // 2 : N // 2 + 500] = keys[:500]  # 500 keys twice: tied maxima in different blocks
+    att = attend(q, keys, k=7, scale=20.0, chunk_size=chunk)
+    ref_w, ref_lse = reference(q, keys, 20.0)
+    ref_top = ref_w.topk(7, dim=-1).values
+    torch.testing.assert_close(att.weights.double(), ref_top, rtol=2e-6, atol=1e-12)
+    torch.testing.assert_close(
+        att.scores.double(), (q.double() @ keys.double().T).gather(1, att.indices)
+    )
+    torch.testing.assert_close(att.logsumexp, ref_lse, rtol=1e-7, atol=1e-7)
+    assert all(len(set(row.tolist())) == 7 for row in att.indices)  # no key twice
+
+
+def test_a_reused_logits_buffer_leaks_nothing_into_the_next_call() -> None:
+    """The thread keeps its logits buffer between calls: a large call (big logits everywhere)
+    then smaller ones whose last block is ragged and whose keys are all masked but one."""
+    big_q, big_keys = unit(64, 16, seed=43), unit(40_000, 16, seed=44)
+    attend(big_q * 50, big_keys, k=5, scale=20.0)  # fills the buffer with large logits
+    q, keys = unit(3, 16, seed=45), unit(1_001, 16, seed=46)
+    mask = torch.zeros(3, 1_001, dtype=torch.bool)
+    mask[:, 1_000] = True
+    one = attend(q, keys, k=5, scale=20.0, mask=mask)
+    assert torch.equal(one.indices[:, 0], torch.full((3,), 1_000))
+    assert torch.all(one.indices[:, 1:] == -1)
+    torch.testing.assert_close(one.weights[:, 0], torch.ones(3))
+    assert torch.all(one.matched == 1)
+    att = attend(q, keys, k=5, scale=20.0)
+    ref_w, ref_lse = reference(q, keys, 20.0)
+    torch.testing.assert_close(
+        att.weights.double(), ref_w.topk(5, dim=-1).values, rtol=2e-6, atol=1e-12
+    )
+    torch.testing.assert_close(att.logsumexp, ref_lse, rtol=1e-7, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("B", "N"), [(1, 10), (1, 5_000_000), (16, 1_000_000), (256, 10_000), (4096, 10**6)]
+)
+def test_chunks_hold_the_logits_budget(B: int, N: int) -> None:
+    """Whole blocks, no wider than the keys need, and (B, C) logits within the budget unless
+    one block alone exceeds it."""
+    C = chunk_for(B, N)
+    assert C % BLOCK == 0
+    assert min(N, BLOCK) <= C < max(N, BLOCK) + BLOCK
+    assert B * C <= SCORES_BUDGET or C == BLOCK
