@@ -29,7 +29,7 @@ from models import cpu_blas
 # more than reading its logits back from DRAM.
 SCORES_BUDGET = 1 << 24
 LOG2_E, LN_2 = 1 / math.log(2), math.log(2)
-BLOCK = 64  # columns per block of a chunk's block-max top-k (_chunk_topk)
+BLOCK = 64  # columns per block of a chunk's block-max top-k (_chunk_candidates)
 _REUSE_MAX = 1 << 24  # logits buffers up to 64 MiB are kept for the thread's next call
 
 

@@ -104,12 +104,12 @@ def rank_heads(
     # plain lists once: indexing tensors element by element costs more than the search
     rows, weights, descs = mix.indices.tolist(), mix.weights.tolist(), desc.tolist()
     raw, probs, shares = mix.scores.tolist(), mix.probs.tolist(), mix.shares.tolist()
-    matched = mix.matched.tolist()
+    matched, head_pi = mix.matched.tolist(), pi.tolist()
     assert mix.entropy is not None
     entropy = mix.entropy.tolist()
     out = []
     for b in range(B):
-        used = {h: float(pi[b, j]) for j, h in enumerate(names) if pi[b, j] > 0}
+        used = {h: head_pi[b][j] for j, h in enumerate(names) if head_pi[b][j] > 0}
         hits = []
         for r, row in enumerate(rows[b]):
             if row < 0:
