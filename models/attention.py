@@ -64,12 +64,15 @@ def attend(
     scale: float | None = None,
     mask: Tensor | None = None,
     chunk_size: int | None = None,
+    scores_out: Tensor | None = None,
 ) -> Attention:
     """Top-k keys of softmax(scale · q Kᵀ) with their exact weights; `output` if values given.
 
     `scale` defaults to 1/√d as in `torch.nn.functional.scaled_dot_product_attention`.
     `mask` is bool, (B, N) or (N,), True where a key may be attended to. `chunk_size` keys per
-    chunk; by default `chunk_for(B, N)`.
+    chunk; by default `chunk_for(B, N)`. `scores_out`, a (B, N) fp32 tensor on the keys' device,
+    receives every raw score q·k (float32, masked keys too): O(B·N), for a caller that would
+    otherwise read the keys again (the mixture's entropy sweep, models/heads.py).
     """
     scale, mask = _check(q, keys, values, k=k, scale=scale, mask=mask)
     B, N = q.shape[0], keys.shape[0]
@@ -79,9 +82,10 @@ def attend(
     # The loop works in base-2 logits x = log2(e) · scale · q·k, Σ 2^x being Σ e^logit: exp2
     # ran 2.2x faster than exp here, and the exp is most of what the loop adds to the product.
     # fp32 keys: x straight from the product (scale > 0 keeps the order, and the winners'
-    # scores are recomputed exactly at the end); half keys: scaled after, not rounded to half.
+    # scores are recomputed exactly at the end); half keys, or raw scores asked for: scaled
+    # after (not rounded to half; the raw scores not rounded twice).
     scale2 = scale * LOG2_E
-    qs = q * scale2 if keys.dtype == torch.float32 else q  # (B, d)
+    qs = q * scale2 if keys.dtype == torch.float32 and scores_out is None else q  # (B, d)
     kk = min(k, N)
     top = torch.full((B, kk), -math.inf, device=device)  # (B, k) running best x
     top_idx = torch.full((B, kk), -1, dtype=torch.long, device=device)
@@ -98,8 +102,13 @@ def attend(
         c = kc.shape[0]
         s = buf[:, : _whole_blocks(c)]  # (B, c rounded up to whole blocks)
         x = raw_scores(qs, kc, out=s[:, :c])  # (B, c) fp32
-        if qs is q:
-            s[:, :c] = x * scale2
+        if qs is q:  # x is q·k: kept when asked for, then scaled
+            if scores_out is not None:
+                scores_out[:, start : start + c] = x
+            if x.data_ptr() == s.data_ptr():
+                s[:, :c].mul_(scale2)
+            else:
+                s[:, :c] = x * scale2
         elif x.data_ptr() != s.data_ptr():
             s[:, :c] = x
         s[:, c:] = -math.inf  # the last block's columns past the keys

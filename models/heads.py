@@ -21,6 +21,11 @@ from torch import Tensor
 
 from models.attention import Attention, attend, chunk_for, raw_scores
 
+# A head's raw scores (B, N) are kept from its `attend` call for the entropy sweep when they take
+# at most 16 MiB: the sweep then reads no keys. A search on the shared catalog, B = 1, saves two
+# passes over 8 MB of keys; one query over 1M keys a whole second pass over 1.5 GB.
+KEEP_SCORES = 1 << 22
+
 
 @dataclass(frozen=True)
 class DenseHead:
@@ -100,6 +105,7 @@ class LocalDenseHeads:
         self.mask = None if mask is None else mask.to(dtype=torch.bool)
         self.chunk_size = chunk_size
         self.offset = offset
+        self._scores: list[Tensor | None] = [None] * len(self.heads)  # (B, N) fp32, kept
 
     @property
     def scales(self) -> list[float]:
@@ -115,17 +121,30 @@ class LocalDenseHeads:
         mask, C = self.mask, self.chunk_size
         for members in groups.values():
             first = self.heads[members[0]]
+            B = first.q.shape[0]
+            kept = None
+            if B * self.size <= KEEP_SCORES:
+                kept = torch.empty(len(members) * B, self.size, device=first.keys.device)
             if len(members) == 1:
                 out[members[0]] = attend(
-                    first.q, first.keys, k=k, scale=first.scale, mask=mask, chunk_size=C
+                    first.q,
+                    first.keys,
+                    k=k,
+                    scale=first.scale,
+                    mask=mask,
+                    chunk_size=C,
+                    scores_out=kept,
                 )
+                self._scores[members[0]] = kept
                 continue
-            B = first.q.shape[0]
             q = torch.cat([self.heads[h].q for h in members])
             m = mask if mask is None or mask.dim() == 1 else mask.repeat(len(members), 1)
-            att = attend(q, first.keys, k=k, scale=first.scale, mask=m, chunk_size=C)
+            att = attend(
+                q, first.keys, k=k, scale=first.scale, mask=m, chunk_size=C, scores_out=kept
+            )
             for j, h in enumerate(members):
                 rows = slice(j * B, (j + 1) * B)
+                self._scores[h] = None if kept is None else kept[rows]
                 out[h] = Attention(
                     indices=att.indices[rows],
                     scores=att.scores[rows],
@@ -184,8 +203,12 @@ class LocalDenseHeads:
             at = (cand - start).clamp(0, stop - start - 1)
             w = torch.zeros(B, stop - start, dtype=torch.float64, device=device)
             for h, head in enumerate(self.heads):
-                kc = head.keys[start:stop]
-                s = raw_scores(head.q.to(kc.device), kc).double()  # (B, c)
+                kept = self._scores[h]
+                if kept is not None:  # from the head's attend call: no second pass over its keys
+                    s = kept[:, start:stop].double()  # (B, c)
+                else:
+                    kc = head.keys[start:stop]
+                    s = raw_scores(head.q.to(kc.device), kc).double()  # (B, c)
                 scores[:, :, h] = torch.where(inside, s.gather(1, at), scores[:, :, h])
                 w += pi[:, h : h + 1] * (s * head.scale - lse[:, h : h + 1]).exp()
             for j, sh in enumerate(scored, start=Hd):

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+import models.heads
 from models.heads import DenseHead, ScoredHead
 from models.mixture import mixture_topk
 
@@ -31,7 +32,13 @@ def _brute(heads: list[DenseHead | ScoredHead], pi: torch.Tensor, mask: torch.Te
 
 
 @pytest.mark.parametrize("use_mask", [False, True])
-def test_mixture_topk_is_exact(use_mask: bool) -> None:
+@pytest.mark.parametrize("keep_scores", [True, False])
+def test_mixture_topk_is_exact(
+    use_mask: bool, keep_scores: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both ways the entropy sweep gets its dense scores: kept from the heads' attend calls
+    (small B·N) or from a second pass over the keys."""
+    monkeypatch.setattr(models.heads, "KEEP_SCORES", models.heads.KEEP_SCORES if keep_scores else 0)
     N, d, B, k = 3000, 16, 3, 7
     q = _unit(B, d, 1)
     title, desc = _unit(N, d, 2), _unit(N, d, 3)
