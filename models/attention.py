@@ -30,7 +30,7 @@ from models import cpu_blas
 SCORES_BUDGET = 1 << 24
 LOG2_E, LN_2 = 1 / math.log(2), math.log(2)
 BLOCK = 64  # columns per block of a chunk's block-max top-k (_chunk_candidates)
-_REUSE_MAX = 1 << 24  # logits buffers up to 64 MiB are kept for the thread's next call
+_REUSE_MAX = SCORES_BUDGET  # logits buffers up to 64 MiB are kept for the thread's next call
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,7 @@ class Attention:
 def chunk_for(B: int, N: int) -> int:  # noqa: N803 (the shapes' names)
     """Keys per chunk for B queries over N keys: (B, C) logits within SCORES_BUDGET, at most N
     rounded up to a whole BLOCK."""
-    C = min(max(BLOCK, SCORES_BUDGET // max(B, 1)), max(N, 1))
-    return -(-C // BLOCK) * BLOCK
+    return _whole_blocks(min(max(BLOCK, SCORES_BUDGET // max(B, 1)), max(N, 1)))
 
 
 def attend(
@@ -105,10 +104,7 @@ def attend(
         if qs is q:  # x is q·k: kept when asked for, then scaled
             if scores_out is not None:
                 scores_out[:, start : start + c] = x
-            if x.data_ptr() == s.data_ptr():
-                s[:, :c].mul_(scale2)
-            else:
-                s[:, :c] = x * scale2
+            torch.mul(x, scale2, out=s[:, :c])  # in place when x is s's own columns
         elif x.data_ptr() != s.data_ptr():
             s[:, :c] = x
         s[:, c:] = -math.inf  # the last block's columns past the keys
