@@ -4,6 +4,7 @@ full softmax: benchmarks/core.py's grid plus N = 10M, with keys in fp32, fp16 an
     python benchmarks/gpu.py            # N = 10k, 100k, 1M, 10M × B = 1, 16, 256 × 3 dtypes
     python -m benchmarks.gpu --quick    # without N = 10M
     python benchmarks/gpu.py --json     # one JSON object on stdout instead
+    python benchmarks/gpu.py --json-file gpu.json   # the table, and the JSON object in a file
 
 Sized to finish in under 3 minutes on an H200 (--target-s sets the timed seconds per method
 and cell). Exits at once with a message where torch sees no CUDA device.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import json
 import os
 import sys
 import time
@@ -50,6 +52,7 @@ from benchmarks._common import (
     cell_table,
     dump_json,
     environment,
+    finite,
     fmt_num,
     log,
     out,
@@ -371,6 +374,9 @@ def report_text(result: dict[str, Any], cells: list[Cell]) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument(
+        "--json-file", type=Path, help="also write the JSON object to this file (keeps the table)"
+    )
     parser.add_argument("--quick", action="store_true", help="drop N = 10M")
     parser.add_argument(
         "--dtypes", default="float32,float16,bfloat16", help="comma-separated key dtypes"
@@ -414,6 +420,8 @@ def main(argv: list[str] | None = None) -> None:
         args=args,
         wall_s=time.perf_counter() - t_start,
     )
+    if args.json_file is not None:
+        args.json_file.write_text(json.dumps(finite(result), indent=1, allow_nan=False) + "\n")
     if args.json:
         dump_json(result)
     else:

@@ -18,6 +18,7 @@ import math
 import threading
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -28,9 +29,14 @@ from models import cpu_blas
 # B = 256: 157 q/s at 65,536 against 151 at 16,384): each chunk's top-k and bookkeeping cost
 # more than reading its logits back from DRAM.
 SCORES_BUDGET = 1 << 24
+# On a GPU, 1 GiB: an H200 spends ~0.5 ms of host time launching each chunk's kernels, so wider
+# chunks paid there (N = 10M fp16 keys, B = 256: 38 ms a call in chunks of 2^20 against 96 ms
+# in chunks of 65,536; B = 16: 4.8 ms in chunks of 2^22 against 8.1 ms in chunks of 2^20).
+CUDA_SCORES_BUDGET = 1 << 28
 LOG2_E, LN_2 = 1 / math.log(2), math.log(2)
 BLOCK = 64  # columns per block of a chunk's block-max top-k (_chunk_candidates)
 _REUSE_MAX = SCORES_BUDGET  # logits buffers up to 64 MiB are kept for the thread's next call
+_NUMPY_ROWS = 512  # up to this many winners (B·k) are rescored with numpy on the CPU
 
 
 @dataclass(frozen=True)
@@ -48,10 +54,11 @@ class Attention:
     output: Tensor | None  # (B, d_v) weights_all @ values, or None without values
 
 
-def chunk_for(B: int, N: int) -> int:  # noqa: N803 (the shapes' names)
-    """Keys per chunk for B queries over N keys: (B, C) logits within SCORES_BUDGET, at most N
-    rounded up to a whole BLOCK."""
-    return _whole_blocks(min(max(BLOCK, SCORES_BUDGET // max(B, 1)), max(N, 1)))
+def chunk_for(B: int, N: int, device: torch.device | None = None) -> int:  # noqa: N803
+    """Keys per chunk for B queries over N keys on `device` (the CPU if None): (B, C) logits
+    within the device's budget, at most N rounded up to a whole BLOCK."""
+    budget = CUDA_SCORES_BUDGET if device is not None and device.type == "cuda" else SCORES_BUDGET
+    return _whole_blocks(min(max(BLOCK, budget // max(B, 1)), max(N, 1)))
 
 
 def attend(
@@ -69,14 +76,14 @@ def attend(
 
     `scale` defaults to 1/√d as in `torch.nn.functional.scaled_dot_product_attention`.
     `mask` is bool, (B, N) or (N,), True where a key may be attended to. `chunk_size` keys per
-    chunk; by default `chunk_for(B, N)`. `scores_out`, a (B, N) fp32 tensor on the keys' device,
-    receives every raw score q·k (float32, masked keys too): O(B·N), for a caller that would
-    otherwise read the keys again (the mixture's entropy sweep, models/heads.py).
+    chunk; by default `chunk_for(B, N, keys.device)`. `scores_out`, a (B, N) fp32 tensor on the
+    keys' device, receives every raw score q·k (float32, masked keys too): O(B·N), for a caller
+    that would otherwise read the keys again (the mixture's entropy sweep, models/heads.py).
     """
     scale, mask = _check(q, keys, values, k=k, scale=scale, mask=mask)
     B, N = q.shape[0], keys.shape[0]
-    C = chunk_size or chunk_for(B, N)
     device = keys.device
+    C = chunk_size or chunk_for(B, N, device)
     q = q.to(device=device, dtype=keys.dtype)
     # The loop works in base-2 logits x = log2(e) · scale · q·k, Σ 2^x being Σ e^logit: exp2
     # ran 2.2x faster than exp here, and the exp is most of what the loop adds to the product.
@@ -86,59 +93,96 @@ def attend(
     scale2 = scale * LOG2_E
     qs = q * scale2 if keys.dtype == torch.float32 and scores_out is None else q  # (B, d)
     kk = min(k, N)
-    top = torch.full((B, kk), -math.inf, device=device)  # (B, k) running best x
-    top_idx = torch.full((B, kk), -1, dtype=torch.long, device=device)
-    m = torch.full((B,), -math.inf, device=device)  # (B,) running max x
-    # Σ 2^(x − m) across chunks in float64: (B,) only, and the sum stays exact to ~1e-7
-    # however many chunks it crosses.
-    l = torch.zeros(B, device=device, dtype=torch.float64)  # (B,)
-    acc = None if values is None else torch.zeros(B, values.shape[1], device=device)  # (B, d_v)
-    matched = torch.zeros(B, dtype=torch.long, device=device)
+    # The running state, from the first chunk on (a search over a small catalog has just the
+    # one): top-k x (B, k) and their rows, max x (B,), and Σ 2^(x − m) in float64 (B,), which
+    # stays exact to ~1e-7 however many chunks it crosses.
+    top = top_idx = m = m_safe = l = None
+    acc = None  # (B, d_v) Σ p·v
+    matched = torch.zeros(B, dtype=torch.long, device=device) if mask is not None else None
     buf = _logits_buffer(B, _whole_blocks(min(C, N)), device)  # (B, W) W ≥ C
 
     for start in range(0, N, C):
         kc = keys[start : start + C]  # (c, d)
         c = kc.shape[0]
         s = buf[:, : _whole_blocks(c)]  # (B, c rounded up to whole blocks)
-        x = raw_scores(qs, kc, out=s[:, :c])  # (B, c) fp32
-        if qs is q:  # x is q·k: kept when asked for, then scaled
-            if scores_out is not None:
-                scores_out[:, start : start + c] = x
-            torch.mul(x, scale2, out=s[:, :c])  # in place when x is s's own columns
-        elif x.data_ptr() != s.data_ptr():
-            s[:, :c] = x
-        s[:, c:] = -math.inf  # the last block's columns past the keys
-        if mask is not None:
+        kept = None if scores_out is None else scores_out[:, start : start + c]
+        _chunk_logits(s, qs, kc, scale=None if qs is not q else scale2, kept=kept)
+        if mask is not None and matched is not None:
             mc = mask[..., start : start + C]  # (c,) or (B, c)
             s[:, :c].masked_fill_(~mc, -math.inf)
             matched += mc.sum(-1) if mc.dim() == 2 else mc.sum()
-        else:
-            matched += c
 
         # running top-k, before the exp overwrites s; and the chunk's max x and its column
         cand, cand_col, c_max, c_arg = _chunk_candidates(s, kk)  # (B, k'), (B, k'), (B,), (B, 1)
-        top, best = torch.cat([top, cand], dim=-1).topk(kk, dim=-1)  # (B, k)
-        top_idx = torch.cat([top_idx, cand_col + start], dim=-1).gather(1, best)
+        top, top_idx = _merge_top(top, top_idx, cand, cand_col + start if start else cand_col, kk)
 
         # running log-sum-exp (and output), rescaled to the new max like flash-attention
-        m_new = torch.maximum(m, c_max)  # (B,)
-        m_safe = m_new.nan_to_num(neginf=0.0)  # 0, not −inf, for a row masked so far
-        alpha = torch.exp2(m.double() - m_safe.double())  # (B,) 0 where m was −inf
+        alpha = None  # (B,) float64 2^(m_old − m_new), 0 where m_old was −inf
+        if m is None or m_safe is None:
+            m = c_max
+            m_safe = m.nan_to_num(neginf=0.0)  # 0, not −inf, for a row masked so far
+        else:
+            m_new = torch.maximum(m, c_max)  # (B,)
+            alpha = torch.exp2(m.double() - (m_safe := m_new.nan_to_num(neginf=0.0)).double())
+            m = m_new
         p = s.sub_(m_safe[:, None]).exp2_()  # (B, c) 2^(x − m) = e^(logit − m·ln 2), in place
-        if acc is not None and values is not None:
-            acc = acc * alpha.float()[:, None] + p[:, :c] @ values[start : start + C].to(p.dtype)
+        if values is not None:
+            pv = p[:, :c] @ values[start : start + C].to(p.dtype)  # (B, d_v)
+            acc = pv if acc is None or alpha is None else acc * alpha.float()[:, None] + pv
         # Σ p in float32 but for the chunk's top key, whose term goes in in float64: a float32
         # sum keeps ~1e-7 of its largest terms, and of a peaked softmax that is 1e-7 of the
         # log-sum-exp, which a mixture's entropy (models/mixture.py) would carry as 1e-6 and
         # more, and shards (their own sums) would disagree on. The rest is small when peaked.
         top_p = torch.exp2(c_max.double() - m_safe.double())  # (B,)
         rest = p.scatter_(1, c_arg, 0.0).sum(dim=-1).double()  # (B,)
-        l = l * alpha + top_p + rest
-        m = m_new
+        l = top_p + rest if l is None or alpha is None else l * alpha + top_p + rest
 
+    if top is None or top_idx is None or m_safe is None or l is None:  # no keys at all
+        top = torch.full((B, 0), -math.inf, device=device)
+        top_idx = torch.full((B, 0), -1, dtype=torch.long, device=device)
+        m_safe = torch.zeros(B, device=device)
+        l = torch.zeros(B, dtype=torch.float64, device=device)
+    if matched is None:
+        matched = torch.full((B,), N, dtype=torch.long, device=device)
+    if values is not None and acc is None:
+        acc = torch.zeros(B, values.shape[1], device=device)
     return _finish(
-        q, keys, scale=scale, top=top, top_idx=top_idx, m=m, l=l, acc=acc, matched=matched
+        q, keys, scale=scale, top=top, top_idx=top_idx, m=m_safe, l=l, acc=acc, matched=matched
     )
+
+
+def _chunk_logits(
+    s: Tensor, q: Tensor, kc: Tensor, *, scale: float | None, kept: Tensor | None
+) -> None:
+    """s (B, W), W ≥ c: x = q kcᵀ (B, c), times `scale` unless q is scaled already, and −inf
+    past the keys; `kept` (B, c) receives the raw q kcᵀ (q unscaled then)."""
+    c = kc.shape[0]
+    x = raw_scores(q, kc, out=s[:, :c])  # (B, c) fp32
+    if scale is not None:
+        if kept is not None:
+            kept.copy_(x)
+        torch.mul(x, scale, out=s[:, :c])  # in place when x is s's own columns
+    elif x.data_ptr() != s.data_ptr():
+        s[:, :c] = x
+    if s.shape[1] > c:
+        s[:, c:] = -math.inf  # the last block's columns past the keys
+
+
+def _merge_top(
+    top: Tensor | None, top_idx: Tensor | None, cand: Tensor, cand_idx: Tensor, k: int
+) -> tuple[Tensor, Tensor]:
+    """The k best of the running top (B, k) and a chunk's candidates (B, k'), with their rows;
+    the first chunk's k sorted candidates are taken as they are."""
+    if top is not None and top_idx is not None:
+        cand, cand_idx = torch.cat([top, cand], dim=-1), torch.cat([top_idx, cand_idx], dim=-1)
+    elif cand.shape[1] == k:  # a whole chunk's own top-k, already sorted (_chunk_candidates)
+        return cand, cand_idx
+    if cand.shape[1] < k:  # fewer keys so far than k: pad, as a row short of keys ends
+        pad = k - cand.shape[1]
+        cand = torch.cat([cand, cand.new_full((cand.shape[0], pad), -math.inf)], dim=-1)
+        cand_idx = torch.cat([cand_idx, cand_idx.new_full((cand.shape[0], pad), -1)], dim=-1)
+    best_x, best = cand.topk(k, dim=-1)  # (B, k)
+    return best_x, cand_idx.gather(1, best)
 
 
 def _finish(
@@ -153,8 +197,8 @@ def _finish(
     acc: Tensor | None,
     matched: Tensor,
 ) -> Attention:
-    """The result from the running top-k `top` (B, k), max m (B,) and sum l (B,) of x, the
-    base-2 logits."""
+    """The result from the running top-k `top` (B, k), max m (B,; 0 for a row with no keys)
+    and sum l (B,) of x, the base-2 logits."""
     # The winners' scores again, exactly (float64 over their k gathered keys): how a BLAS sums
     # a chunk's products depends on the chunk's shape (OpenBLAS's edge kernels differ), so the
     # float32 scores of one key can differ in the last bit between a whole index and a shard.
@@ -162,13 +206,14 @@ def _finish(
     # the weights agree to ~1e-7 however the keys were chunked or sharded.
     found = torch.isfinite(top)  # (B, k) False for masked keys and padding
     top_idx = torch.where(found, top_idx, -1)
-    rows = keys[top_idx.clamp_min(0)].double()  # (B, k, d)
-    exact = torch.einsum("bd,bkd->bk", q.double(), rows)  # (B, k) float64
-    m64 = m.nan_to_num(neginf=0.0).double()[:, None] * LN_2  # (B, 1) natural log units
-    summed = torch.exp2(top.double() - m64 * LOG2_E)  # their terms as summed (≈)
-    l = l + torch.where(found, torch.exp(exact * scale - m64) - summed, 0.0).sum(-1)
+    exact = _exact_scores(q, keys, top_idx.clamp_min(0))  # (B, k) float64
+    z = exact * scale  # (B, k) their exact logits
+    m2 = m.double()[:, None]  # (B, 1) the max x the sum is relative to
+    m64 = m2 * LN_2  # (B, 1) in natural log units
+    summed = torch.exp2(top.double() - m2)  # their terms as summed (≈)
+    l = l + torch.where(found, torch.exp(z - m64) - summed, 0.0).sum(-1)
     lse = torch.where(l > 0, m64[:, 0] + torch.log(l.clamp_min(1e-300)), -math.inf)  # (B,)
-    weights = torch.exp(exact * scale - torch.where(found, lse[:, None], 0.0))
+    weights = torch.exp(z - lse[:, None])  # (B, k) inf where a row has no keys: not found
     output = None
     if acc is not None:
         output = torch.where(l[:, None] > 0, acc / l.clamp_min(1e-300).float()[:, None], 0.0)
@@ -180,6 +225,18 @@ def _finish(
         matched=matched,
         output=output,
     )
+
+
+def _exact_scores(q: Tensor, keys: Tensor, idx: Tensor) -> Tensor:
+    """q·k in float64 (B, k) for the keys idx (B, k): float32 products are exact in float64."""
+    if keys.device.type == "cpu" and keys.dtype == torch.float32 and idx.numel() <= _NUMPY_ROWS:
+        # numpy gathers and sums on the calling thread. torch's index and float64 product each
+        # woke a second OpenMP thread under OMP_WAIT_POLICY=PASSIVE (80-90 µs apiece, most of
+        # a small search's `attend`) for a few thousand elements.
+        rows = keys.numpy()[idx.numpy()]  # (B, k, d) float32
+        q64 = q.numpy().astype(np.float64)  # (B, d)
+        return torch.from_numpy(np.einsum("bd,bkd->bk", q64, rows, dtype=np.float64))
+    return torch.einsum("bd,bkd->bk", q.double(), keys[idx].double())
 
 
 def _chunk_candidates(s: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:

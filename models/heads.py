@@ -189,10 +189,10 @@ class LocalDenseHeads:
         """Over these rows only: candidates elsewhere score 0, and the entropy is these rows'
         part of the sum (the shards' parts add up to the whole)."""
         B, N, Hd = pi.shape[0], self.size, len(self.heads)
-        # float64 and several arrays per chunk: an eighth of attend's chunk keeps the same budget
-        C = self.chunk_size or chunk_for(8 * B, N)
         # the pass stays where the keys are
         device = self.heads[0].keys.device if self.heads else torch.device("cpu")
+        # float64 and several arrays per chunk: an eighth of attend's chunk keeps the same budget
+        C = self.chunk_size or chunk_for(8 * B, N, device)
         pi, lse, cand = pi.to(device), lse.to(device), (cand - self.offset).to(device)
         mask = None if self.mask is None else self.mask.to(device)
         scores = torch.zeros(B, cand.shape[1], Hd, dtype=torch.float64, device=device)

@@ -40,7 +40,8 @@ class ServiceSettings(CommonSettings):
         None,
         ge=1,
         description="Keys per chunk of the attention core (memory is O(B·chunk)); unset: "
-        "sized per batch so a chunk's logits take at most 64 MiB (models.attention.chunk_for).",
+        "sized per batch so a chunk's logits take at most 64 MiB on the CPU and 1 GiB on a GPU "
+        "(models.attention.chunk_for).",
     )
     batch_window_ms: float = Field(
         2.0,

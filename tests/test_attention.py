@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from models import cpu_blas
-from models.attention import BLOCK, SCORES_BUDGET, attend, chunk_for
+from models.attention import BLOCK, CUDA_SCORES_BUDGET, SCORES_BUDGET, attend, chunk_for
 from models.device import pick_device
 
 
@@ -234,6 +234,33 @@ def test_cuda_matches_cpu() -> None:
     torch.testing.assert_close(gpu.weights.cpu(), cpu.weights, rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_cuda_block_maxima_and_masks_match_float64(dtype: torch.dtype) -> None:
+    """On the GPU, in the ranker's (d, N) key layout: chunks wide enough for the block-max top-k,
+    a ragged last chunk, and a mask that leaves one row a single key and another none."""
+    B, N = 6, 50_001
+    q, keys = unit(B, 64, seed=47), unit(N, 64, seed=48)
+    keys = keys.to(dtype)  # the keys as stored; the reference reads the same rounded values
+    mask = torch.rand(B, N, generator=torch.Generator().manual_seed(49)) < 0.7
+    mask[1] = False
+    mask[2] = False
+    mask[2, 12_345] = True
+    device_keys = keys.cuda().T.contiguous().T  # (N, d) view of (d, N) memory
+    att = attend(q.cuda(), device_keys, k=7, scale=20.0, mask=mask.cuda(), chunk_size=20_032)
+    qr = q.to(dtype).double()  # attend multiplies q in the keys' dtype
+    ref_w, ref_lse = reference(qr, keys.double(), 20.0, mask)
+    ok = [0, 3, 4, 5]
+    ref_top = ref_w[ok].topk(7, dim=-1).values
+    rtol = 2e-6 if dtype == torch.float32 else 1e-5  # fp16 q and keys, products summed in fp32
+    torch.testing.assert_close(att.weights[ok].cpu().double(), ref_top, rtol=rtol, atol=1e-9)
+    torch.testing.assert_close(att.logsumexp[ok].cpu(), ref_lse[ok], rtol=1e-6, atol=1e-6)
+    assert torch.all(att.indices[1].cpu() == -1) and torch.all(att.weights[1].cpu() == 0)
+    assert att.indices[2, 0].item() == 12_345 and torch.all(att.indices[2, 1:].cpu() == -1)
+    torch.testing.assert_close(att.weights[2, 0].cpu(), torch.tensor(1.0))
+    assert torch.equal(att.matched.cpu(), mask.sum(-1))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_keys_rank_like_float32(dtype: torch.dtype) -> None:
     q, keys = unit(3, 64, seed=31), unit(2000, 64, seed=32)
@@ -302,13 +329,17 @@ def test_a_reused_logits_buffer_leaks_nothing_into_the_next_call() -> None:
     torch.testing.assert_close(att.logsumexp, ref_lse, rtol=1e-7, atol=1e-7)
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize(
-    ("B", "N"), [(1, 10), (1, 5_000_000), (16, 1_000_000), (256, 10_000), (4096, 10**6)]
+    ("B", "N"), [(1, 10), (1, 5_000_000), (16, 1_000_000), (256, 10**7), (4096, 10**8)]
 )
-def test_chunks_hold_the_logits_budget(B: int, N: int) -> None:
-    """Whole blocks, no wider than the keys need, and (B, C) logits within the budget unless
-    one block alone exceeds it."""
-    C = chunk_for(B, N)
+def test_chunks_hold_the_logits_budget(B: int, N: int, device: str) -> None:
+    """Whole blocks, no wider than the keys need, and (B, C) logits within the device's budget
+    (a GPU's is wider) unless one block alone exceeds it."""
+    C = chunk_for(B, N, torch.device(device))
+    budget = SCORES_BUDGET if device == "cpu" else CUDA_SCORES_BUDGET
     assert C % BLOCK == 0
     assert min(N, BLOCK) <= C < max(N, BLOCK) + BLOCK
-    assert B * C <= SCORES_BUDGET or C == BLOCK
+    assert B * C <= budget or C == BLOCK
+    assert C == chunk_for(B, N) or device == "cuda"  # no device: the CPU's
+    assert B * C > budget // 2 or C >= N  # and not needlessly narrow
