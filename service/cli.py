@@ -19,6 +19,7 @@ from indexer.data import DEMO_CATALOG
 from indexer.generations import IndexBusyError
 from indexer.settings import CommonSettings, IndexSettings
 from service.errors import IndexEmptyError
+from service.launch import apply_serve_threads
 from service.logs import configure_logging
 from service.main import build_encoder, build_searcher, create_app
 from service.schemas import SearchParams, SearchResponse
@@ -170,6 +171,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if settings.shards > 1:
         sys.stderr.write("attend serve: --shards needs --engine ray\n")
         return 2
+    apply_serve_threads(settings)
     uvicorn.run(
         create_app(settings),
         host=settings.host,

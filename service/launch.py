@@ -13,13 +13,61 @@ for about 0.1 s), holding the cores the next pool needs. Measured on the shared 
 
 They cost `attend` alone a little latency at B = 1 (threads must be woken); an explicit value
 in the environment wins.
+
+`attend serve` then gives torch one intra-op thread when the attention runs on the CPU next to
+the onnx encoder (`serve_torch_threads`): the product multiplies in OpenBLAS's threads and the
+encoder in ONNX Runtime's, and what torch runs per search is a few hundred small operations,
+many of which woke a second, sleeping OpenMP thread (50-80 µs each on this 2-core VM) to share
+a few thousand elements. Measured with one thread against two:
+
+- one-client p50 on the shared catalog (5,194 books), three alternating pairs of servers:
+  8.9 / 9.3 / 8.9 ms against 9.9 / 10.5 / 9.9 ms;
+- 32 clients, batched: 246 / 255 against 247 / 286 q/s (within the noise);
+- in-process, encoder then ranking, one query at a time: ranking p50 19.3 / 21.3 against
+  22.4 / 23.1 ms over 100k synthetic books, and 176 against 166 / 168 ms over 1M, where
+  the float64 entropy sweep's passes over (1, N) would use the second thread. Set
+  ATTEND_TORCH_THREADS for such catalogs.
+
+The indexer keeps torch's threads: it embeds with torch.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.settings import ServiceSettings
+
+logger = logging.getLogger(__name__)
 
 THREAD_SETTINGS = {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"}
+
+
+def serve_torch_threads(settings: ServiceSettings) -> int | None:
+    """torch's intra-op threads for `attend serve` with `settings`: ATTEND_TORCH_THREADS, else 1
+    on the CPU with the onnx encoder, else None (torch's default)."""
+    from models.device import pick_device
+    from models.encoder import pick_backend
+
+    if settings.torch_threads is not None:
+        return settings.torch_threads
+    device = pick_device(settings.device)
+    if device.type == "cpu" and pick_backend(settings.encoder_backend, str(device)) == "onnx":
+        return 1
+    return None
+
+
+def apply_serve_threads(settings: ServiceSettings) -> None:
+    """Before the app loads its ranker: its CPU BLAS is measured with the threads it will have
+    (models/cpu_blas.py)."""
+    import torch
+
+    threads = serve_torch_threads(settings)
+    if threads is not None:
+        torch.set_num_threads(threads)
+        logger.info("torch intra-op threads: %d", threads)
 
 
 def main() -> int:

@@ -43,6 +43,15 @@ class ServiceSettings(CommonSettings):
         "sized per batch so a chunk's logits take at most 64 MiB on the CPU and 1 GiB on a GPU "
         "(models.attention.chunk_for).",
     )
+    torch_threads: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="torch's intra-op threads in `attend serve`. Unset: 1 when the attention "
+        "runs on the CPU next to the onnx encoder (the product runs in the BLAS's own threads, "
+        "the encoder in ONNX Runtime's, and torch's many small operations per search ran "
+        "faster on one thread than waking a second), else torch's default (service/launch.py).",
+    )
     batch_window_ms: float = Field(
         2.0,
         ge=0,

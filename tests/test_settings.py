@@ -6,9 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from pydantic import ValidationError
 
 from indexer.settings import IndexSettings
+from service.launch import apply_serve_threads, serve_torch_threads
 from service.settings import ServiceSettings
 
 
@@ -59,3 +61,21 @@ def test_a_bad_value_fails_loudly(
     monkeypatch.setenv(name, value)
     with pytest.raises((ValidationError, ValueError)):
         ServiceSettings()
+
+
+def test_serve_gives_torch_one_thread_beside_the_onnx_encoder_on_the_cpu() -> None:
+    """service/launch.py: the product and the encoder have their own threads there; an
+    explicit ATTEND_TORCH_THREADS wins, and the torch encoder keeps torch's threads."""
+    onnx = ServiceSettings(device="cpu", encoder_backend="onnx")
+    assert serve_torch_threads(onnx) == 1
+    assert serve_torch_threads(ServiceSettings(device="cpu", encoder_backend="torch")) is None
+    explicit = ServiceSettings(device="cpu", encoder_backend="onnx", torch_threads=3)
+    assert serve_torch_threads(explicit) == 3
+    before = torch.get_num_threads()
+    try:
+        apply_serve_threads(onnx)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ValidationError, match="torch_threads"):
+        ServiceSettings(torch_threads=0)
