@@ -117,6 +117,9 @@ def mix_topk(
             # one more pass over the keys, which the entropy needs anyway, also yields the
             # candidates' scores: cheaper than gathering their scattered keys
             scores, ent = dense.sweep(pi, lse, cand, scored)
+            # −Σ w log w ≥ 0, but a mixture peaked on one book has w ≈ 1 + ε there, which
+            # rounds it to −ε (−2e-6 seen): a negative entropy is rounding, and is 0
+            ent = ent.clamp_min(0.0)
         elif Hd:
             scores = dense.scores(cand)
         else:

@@ -1,6 +1,6 @@
 """`attend serve --engine ray --shards 2` (a real process on a local Ray) answers every search
-as the single-process service does: same books, weights, per-head shares and entropy to relative
-1e-6, same errors; and follows a re-index to the new generation without a restart."""
+as the single-process service does: same books, weights and per-head shares to relative 1e-6,
+entropy to 1e-5, same errors; and follows a re-index to the new generation without a restart."""
 
 from __future__ import annotations
 
@@ -102,7 +102,10 @@ def _compare(local: TestClient, ray: httpx.Client) -> None:
         want, got = local.get(path), ray.get(path)
         assert got.status_code == want.status_code == 200, got.text
         w, g = want.json(), got.json()
-        assert g["entropy"] == pytest.approx(w["entropy"], rel=1e-6)
+        # The entropy sums every book's term from float32 products, which the two processes
+        # may take from different BLAS libraries (each measures its faster one at start-up,
+        # models/cpu_blas.py): MKL's and OpenBLAS's moved it by up to 2.8e-6 relative here.
+        assert g["entropy"] == pytest.approx(w["entropy"], rel=1e-5)
         assert g["match_strength"] == pytest.approx(w["match_strength"], rel=1e-6, abs=1e-9)
         assert {k: v for k, v in g.items() if k not in _NOT_COMPARED} == {
             k: v for k, v in w.items() if k not in _NOT_COMPARED
