@@ -106,7 +106,7 @@ def attend(
         c = kc.shape[0]
         s = buf[:, : _whole_blocks(c)]  # (B, c rounded up to whole blocks)
         kept = None if scores_out is None else scores_out[:, start : start + c]
-        _chunk_logits(s, qs, kc, scale=None if qs is not q else scale2, kept=kept)
+        _chunk_logits(s, qs, kc, scale=scale2 if qs is q else None, kept=kept)
         if mask is not None and matched is not None:
             mc = mask[..., start : start + C]  # (c,) or (B, c)
             s[:, :c].masked_fill_(~mc, -math.inf)
