@@ -15,10 +15,11 @@ They cost `attend` alone a little latency at B = 1 (threads must be woken); an e
 in the environment wins.
 
 `attend serve` then gives torch one intra-op thread when the attention runs on the CPU next to
-the onnx encoder (`serve_torch_threads`): the product multiplies in OpenBLAS's threads and the
-encoder in ONNX Runtime's, and what torch runs per search is a few hundred small operations,
-many of which woke a second, sleeping OpenMP thread (50-80 µs each on this 2-core VM) to share
-a few thousand elements. Measured with one thread against two:
+the onnx encoder under OMP_WAIT_POLICY=PASSIVE (`serve_torch_threads`; without it the product
+runs in torch's own threads, and they stay): the product multiplies in OpenBLAS's threads and
+the encoder in ONNX Runtime's, and what torch runs per search is a few hundred small
+operations, many of which woke a second, sleeping OpenMP thread (50-80 µs each on this 2-core
+VM) to share a few thousand elements. Measured with one thread against two:
 
 - one-client p50 on the shared catalog (5,194 books), three alternating pairs of servers:
   8.9 / 9.3 / 8.9 ms against 9.9 / 10.5 / 9.9 ms;
@@ -53,6 +54,9 @@ def serve_torch_threads(settings: ServiceSettings) -> int | None:
 
     if settings.torch_threads is not None:
         return settings.torch_threads
+    if os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
+        # torch's threads spin there, and the CPU product runs in them (MKL, models/cpu_blas.py)
+        return None
     device = pick_device(settings.device)
     if device.type == "cpu" and pick_backend(settings.encoder_backend, str(device)) == "onnx":
         return 1

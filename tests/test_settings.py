@@ -63,9 +63,13 @@ def test_a_bad_value_fails_loudly(
         ServiceSettings()
 
 
-def test_serve_gives_torch_one_thread_beside_the_onnx_encoder_on_the_cpu() -> None:
+def test_serve_gives_torch_one_thread_beside_the_onnx_encoder_on_the_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """service/launch.py: the product and the encoder have their own threads there; an
-    explicit ATTEND_TORCH_THREADS wins, and the torch encoder keeps torch's threads."""
+    explicit ATTEND_TORCH_THREADS wins, and the torch encoder keeps torch's threads, as do
+    spinning OpenMP threads (the product then runs in them)."""
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
     onnx = ServiceSettings(device="cpu", encoder_backend="onnx")
     assert serve_torch_threads(onnx) == 1
     assert serve_torch_threads(ServiceSettings(device="cpu", encoder_backend="torch")) is None
@@ -79,3 +83,6 @@ def test_serve_gives_torch_one_thread_beside_the_onnx_encoder_on_the_cpu() -> No
         torch.set_num_threads(before)
     with pytest.raises(ValidationError, match="torch_threads"):
         ServiceSettings(torch_threads=0)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert serve_torch_threads(onnx) is None
+    assert serve_torch_threads(explicit) == 3
