@@ -29,9 +29,9 @@ from models import cpu_blas
 # B = 256: 157 q/s at 65,536 against 151 at 16,384): each chunk's top-k and bookkeeping cost
 # more than reading its logits back from DRAM.
 SCORES_BUDGET = 1 << 24
-# On a GPU, 1 GiB: an H200 spends ~0.5 ms of host time launching each chunk's kernels, so wider
-# chunks paid there (N = 10M fp16 keys, B = 256: 38 ms a call in chunks of 2^20 against 96 ms
-# in chunks of 65,536; B = 16: 4.8 ms in chunks of 2^22 against 8.1 ms in chunks of 2^20).
+# On a GPU, 1 GiB: on an H200 each chunk cost ~0.4 ms beyond its bytes (its few dozen kernel
+# launches), so wider chunks paid there (N = 10M fp16 keys, B = 256: 38 ms a call in chunks of
+# 2^20 against 96 ms in chunks of 65,536; B = 16: 4.8 ms in chunks of 2^22 against 8.1 in 2^20).
 CUDA_SCORES_BUDGET = 1 << 28
 LOG2_E, LN_2 = 1 / math.log(2), math.log(2)
 BLOCK = 64  # columns per block of a chunk's block-max top-k (_chunk_candidates)
