@@ -117,14 +117,11 @@ def attend(
         top, top_idx = _merge_top(top, top_idx, cand, cand_col + start if start else cand_col, kk)
 
         # running log-sum-exp (and output), rescaled to the new max like flash-attention
-        alpha = None  # (B,) float64 2^(m_old − m_new), 0 where m_old was −inf
-        if m is None or m_safe is None:
-            m = c_max
-            m_safe = m.nan_to_num(neginf=0.0)  # 0, not −inf, for a row masked so far
-        else:
-            m_new = torch.maximum(m, c_max)  # (B,)
-            alpha = torch.exp2(m.double() - (m_safe := m_new.nan_to_num(neginf=0.0)).double())
-            m = m_new
+        m_new = c_max if m is None else torch.maximum(m, c_max)  # (B,)
+        m_safe = m_new.nan_to_num(neginf=0.0)  # 0, not −inf, for a row masked so far
+        # (B,) float64 2^(m_old − m_new), 0 where m_old was −inf; none for the first chunk
+        alpha: Tensor | None = None if m is None else torch.exp2(m.double() - m_safe.double())
+        m = m_new
         p = s.sub_(m_safe[:, None]).exp2_()  # (B, c) 2^(x − m) = e^(logit − m·ln 2), in place
         if values is not None:
             pv = p[:, :c] @ values[start : start + C].to(p.dtype)  # (B, d_v)
