@@ -48,7 +48,8 @@ class ServiceSettings(CommonSettings):
         ge=1,
         le=1024,
         description="torch's intra-op threads in `attend serve`. Unset: 1 when the attention "
-        "runs on the CPU next to the onnx encoder (the product runs in the BLAS's own threads, "
+        "runs on the CPU next to the onnx encoder under OMP_WAIT_POLICY=PASSIVE, which `attend` "
+        "sets (the product runs in the BLAS's own threads, "
         "the encoder in ONNX Runtime's, and torch's many small operations per search ran "
         "faster on one thread than waking a second), else torch's default (service/launch.py).",
     )
