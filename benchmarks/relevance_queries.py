@@ -2,7 +2,7 @@
 
 Each query names what a reader would accept as an answer, as a rule over the catalog: books
 whose title matches `title` (a regular expression, case-insensitive) or one of whose authors
-contains `author`. Three kinds, a third each: an author's name, a title as a reader types it,
+contains `author`. Three kinds: an author's name, a title as a reader types it,
 and a description in the reader's own words (no title or author word in it).
 """
 
@@ -35,6 +35,12 @@ QUERIES = [
     Labelled("author", "Clive Cussler", author="Clive Cussler"),
     Labelled("author", "Gabriel Garcia Marquez", author="García Márquez"),
     Labelled("author", "Plato", author="Plato"),
+    Labelled("author", "Janet Evanovich", author="Janet Evanovich"),
+    Labelled("author", "virginia woolf", author="Virginia Woolf"),
+    Labelled("author", "Dean Koontz", author="Dean Koontz"),
+    Labelled("author", "Wodehouse", author="P.G. Wodehouse"),
+    Labelled("author", "Bill Bryson", author="Bill Bryson"),
+    Labelled("author", "Cormac McCarthy", author="Cormac McCarthy"),
     # a title, as typed (no subtitle, no series marker)
     Labelled("title", "Pride and Prejudice", title=r"^pride and prejudice"),
     Labelled("title", "Hamlet", title=r"^hamlet\b"),
@@ -50,6 +56,13 @@ QUERIES = [
     Labelled("title", "Imajica", title=r"^imajica"),
     Labelled("title", "Sahara", title=r"^sahara\b"),
     Labelled("title", "A Brief History of Time", title=r"brief history of time"),
+    Labelled("title", "Dracula", title=r"^dracula\b"),
+    Labelled("title", "Cold Mountain", title=r"^cold mountain"),
+    Labelled("title", "The Handmaid's Tale", title=r"^the handmaid.s tale"),
+    Labelled("title", "Charlotte's Web", title=r"^charlotte.s web|annotated charlotte.s web"),
+    Labelled("title", "Catch-22", title=r"^catch-22"),
+    Labelled("title", "Anna Karenina", title=r"^anna karenina"),
+    Labelled("title", "The Master and Margarita", title=r"^the master and margarita"),
     # a description in the reader's words
     Labelled(
         "description",
