@@ -1,5 +1,6 @@
-"""Logging set-up for `attend serve`: plain lines, or one JSON object a line
-(`ATTEND_LOG_JSON=true`) carrying the request fields the telemetry middleware attaches."""
+"""Logging set-up of the `attend` command: for `attend serve`, plain lines or one JSON object a
+line (`ATTEND_LOG_JSON=true`) carrying the request fields the telemetry middleware attaches; for
+the other commands, warnings only unless -v."""
 
 from __future__ import annotations
 
@@ -31,15 +32,53 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str, ensure_ascii=False)
 
 
-def configure_logging(level: str, *, json_lines: bool) -> None:
+# alembic's migration context says these once per connection it configures, at INFO: noise
+# beside the "Running upgrade" lines, so they are shown at DEBUG only.
+_ALEMBIC_CHATTER = ("Context impl ", "Will assume ")
+
+
+class Threshold(logging.Filter):
+    """Lets through records at `level` and above, whatever their logger's own level: bm25s sets
+    its logger to DEBUG, so its "Building index from tokens" passed a root logger at INFO.
+    A filter, not a handler level, because tqdm's logging redirect copies a handler's filters
+    and formatter but not its level."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < self.level:
+            return False
+        return not (
+            self.level > logging.DEBUG
+            and record.name == "alembic.runtime.migration"
+            and record.getMessage().startswith(_ALEMBIC_CHATTER)
+        )
+
+
+def configure_logging(level: str | int, *, json_lines: bool = False) -> None:
     """The root logger at `level`, with one handler on stderr; uvicorn's loggers propagate to it
-    (`attend serve` passes uvicorn no logging config of its own)."""
+    (`attend serve` passes uvicorn no logging config of its own). At WARNING and above (a
+    command's default) a line is just the level and the message."""
+    numeric = level if isinstance(level, int) else logging.getLevelName(level.upper())
     handler = logging.StreamHandler()
     handler.setFormatter(
         JsonFormatter()
         if json_lines
-        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        else logging.Formatter(
+            "%(levelname)s: %(message)s"
+            if numeric >= logging.WARNING
+            else "%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
     )
+    handler.addFilter(Threshold(numeric))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(numeric)
+
+
+def cli_level(verbosity: int) -> int:
+    """The other `attend` commands' log level: warnings only (their result is the one line they
+    print), INFO with -v, DEBUG with -vv."""
+    return max(logging.DEBUG, logging.WARNING - 10 * verbosity)
