@@ -76,6 +76,40 @@ class ServiceSettings(CommonSettings):
         description="Largest request body under /admin/ (catalog uploads, behind the admin "
         "token); everywhere else ATTEND_MAX_BODY_BYTES applies.",
     )
+    max_header_bytes: int = Field(
+        65_536,
+        ge=1024,
+        le=16_777_216,
+        description="Largest request line plus headers `attend serve` reads; a larger one is "
+        "refused with 431 (service/server.py).",
+    )
+    max_headers: int = Field(
+        100, ge=8, le=10_000, description="Most header fields in a request; more: 431."
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="A request's line and headers must arrive within this many seconds of the "
+        "connection (or of the previous response on it), else the connection is closed.",
+    )
+    body_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="A request's body must arrive within this many seconds of its headers, else "
+        "the connection is closed. Raise it for large catalog uploads over slow links.",
+    )
+    keep_alive_s: int = Field(
+        5, ge=1, le=3600, description="An idle keep-alive connection is closed after this long."
+    )
+    max_connections: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="Most client connections open at once; past it a new one is closed as soon "
+        "as it is accepted. The file limit is raised to fit, or this lowered to fit it.",
+    )
     log_level: str = Field("INFO", description="Python logging level.")
     log_json: bool = Field(
         False, description="`attend serve` logs one JSON object a line instead of plain text."
