@@ -44,16 +44,20 @@ class Explanation:
 
 
 def words_of(tokens: TokenEmbeddings, text: str, field: str) -> tuple[list[Word], torch.Tensor]:
-    """The text's words and the (W, T) 0/1 matrix saying which pieces make each word."""
-    groups: dict[int, list[int]] = {}
-    for piece, word in enumerate(tokens.words):
-        groups.setdefault(word, []).append(piece)
-    words, member = [], torch.zeros(len(groups), len(tokens), dtype=torch.float64)
-    for w, pieces in enumerate(groups.values()):
-        start, end = tokens.spans[pieces[0]][0], tokens.spans[pieces[-1]][1]
-        words.append(Word(field, text[start:end], start, end))
-        member[w, pieces] = 1.0
-    return words, member
+    """The text's words and, per piece, the index of the word it belongs to (T,) int64."""
+    words: list[Word] = []
+    piece_word = torch.empty(len(tokens), dtype=torch.int64)
+    last: int | None = None
+    for piece, word in enumerate(tokens.words):  # a word's pieces are adjacent, in order
+        if word != last:
+            start = tokens.spans[piece][0]
+            words.append(Word(field, "", start, start))
+            last = word
+        w = words[-1]
+        words[-1] = Word(field, w.text, w.start, tokens.spans[piece][1])
+        piece_word[piece] = len(words) - 1
+    words = [Word(field, text[w.start : w.end], w.start, w.end) for w in words]
+    return words, piece_word
 
 
 def is_content(word: Word) -> bool:
@@ -67,28 +71,42 @@ def explain(
     scale: float,
 ) -> Explanation:
     """Cross-attention of the query's words over the words of the book's `fields`
-    ((name, text, tokens) each)."""
-    q_words, q_member = words_of(query[1], query[0], "query")
+    ((name, text, tokens) each).
+
+    Pieces are mapped to words by index (`index_add_`), never by a dense words × pieces matrix:
+    memory is O(Tq·Tb + Wq·Wb), linear in the book's length (the dense float64 matrix grew with
+    its square: 3 GB at 12,000 words)."""
+    q_words, q_piece_word = words_of(query[1], query[0], "query")
     keep_q = [i for i, w in enumerate(q_words) if is_content(w)] or list(range(len(q_words)))
     b_words: list[Word] = []
-    b_vectors, b_members = [], []
+    b_vectors, b_piece_word = [], []  # per field: (T, d), and each piece's book word or -1
     for name, text, tokens in fields:
-        words, member = words_of(tokens, text, name)
-        keep = [i for i, w in enumerate(words) if is_content(w)]
-        b_words += [words[i] for i in keep]
-        b_members.append(member[keep])
+        words, piece_word = words_of(tokens, text, name)
+        renumber = torch.full((len(words) + 1,), -1, dtype=torch.int64)  # last: no word
+        for i, w in enumerate(words):
+            if is_content(w):
+                renumber[i] = len(b_words)
+                b_words.append(w)
+        b_piece_word.append(renumber[piece_word])
         b_vectors.append(tokens.vectors)
     q_words = [q_words[i] for i in keep_q]
     if not q_words or not b_words:
         return Explanation(q_words, b_words, torch.zeros(len(q_words), len(b_words)), [])
     B = torch.cat(b_vectors).double()  # (Tb, d)
-    M: torch.Tensor = torch.block_diag(*b_members)  # type: ignore[no-untyped-call]  # (Wb, Tb)
-    in_word = M.sum(0) > 0  # (Tb,) pieces of content words
-    logits = scale * (query[1].vectors.double() @ B.T)  # (Tq, Tb)
-    logits = logits.masked_fill(~in_word, float("-inf"))
-    piece_w = torch.softmax(logits, dim=-1) @ M.T  # (Tq, Wb): sum over a word's pieces
-    Qm = q_member[keep_q]  # (Wq, Tq)
-    weights = (Qm @ piece_w) / Qm.sum(1, keepdim=True)  # (Wq, Wb): mean over a word's pieces
+    piece_bw = torch.cat(b_piece_word)  # (Tb,) the content word of each piece, or -1
+    in_word = piece_bw >= 0  # (Tb,) pieces of content words
+    logits = scale * (query[1].vectors.double() @ B[in_word].T)  # (Tq, Tb') content pieces only
+    attn = torch.softmax(logits, dim=-1)  # (Tq, Tb')
+    piece_w = torch.zeros(len(attn), len(b_words), dtype=torch.float64)  # (Tq, Wb)
+    piece_w.index_add_(1, piece_bw[in_word], attn)  # sum over a word's pieces
+    q_renumber = torch.full((len(q_piece_word) and int(q_piece_word.max()) + 1,), -1)
+    q_renumber[keep_q] = torch.arange(len(keep_q))
+    q_of_piece = q_renumber[q_piece_word]  # (Tq,) the kept query word of each piece, or -1
+    kept = q_of_piece >= 0
+    weights = torch.zeros(len(q_words), len(b_words), dtype=torch.float64)  # (Wq, Wb)
+    weights.index_add_(0, q_of_piece[kept], piece_w[kept])
+    pieces_per_word = torch.bincount(q_of_piece[kept], minlength=len(q_words))  # (Wq,)
+    weights /= pieces_per_word.unsqueeze(1)  # mean over a query word's pieces
     return Explanation(q_words, b_words, weights, _highlights(weights))
 
 

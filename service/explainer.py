@@ -22,6 +22,21 @@ from service.schemas_books import (
 logger = logging.getLogger(__name__)
 
 _CACHED_BOOKS = 256
+# The cache's bound in token-vector bytes too: a long description is ~2,500 pieces (3.8 MB).
+_CACHED_BYTES = 128 * 1024 * 1024
+# Descriptions are explained up to here (cut at a word boundary): time and memory stay bounded
+# whatever the book. ~10 token windows of the model; its search embedding reads only the first.
+MAX_EXPLAINED_CHARS = 10_000
+
+
+def explained_part(text: str, limit: int = MAX_EXPLAINED_CHARS) -> str:
+    """`text`, or its first `limit` characters cut before a word that would straddle them."""
+    if len(text) <= limit:
+        return text
+    cut = limit
+    while cut > limit // 2 and not text[cut].isspace() and not text[cut - 1].isspace():
+        cut -= 1
+    return text[: cut if cut > limit // 2 else limit]
 
 
 class Explainer:
@@ -32,6 +47,7 @@ class Explainer:
         self.scale = scale
         self._books: OrderedDict[tuple[str, str, str], tuple[TokenEmbeddings, TokenEmbeddings]]
         self._books = OrderedDict()
+        self._bytes = 0  # of the cached token vectors
         self._lock = threading.Lock()
 
     def explain(
@@ -41,10 +57,12 @@ class Explainer:
             raise ExplanationUnavailableError()
         t0 = time.perf_counter()
         (q_tokens,) = self.encoder.token_embeddings([query])
-        t_tokens, d_tokens = self._book_tokens(book_id, title, description or "")
+        explained = explained_part(description or "")
+        short_title = explained_part(title)  # a pathological title is bounded too
+        t_tokens, d_tokens = self._book_tokens(book_id, short_title, explained)
         exp = explain(
             (query, q_tokens),
-            [("title", title, t_tokens), ("description", description or "", d_tokens)],
+            [("title", short_title, t_tokens), ("description", explained, d_tokens)],
             scale=self.scale,
         )
         logger.debug("explained %s for %r in %.3f s", book_id, query, time.perf_counter() - t0)
@@ -57,6 +75,7 @@ class Explainer:
             query=query,
             title=title,
             description=description,
+            explained_chars=None if description is None else len(explained),
             scale=self.scale,
             query_words=[QueryWord(text=w.text, start=w.start, end=w.end) for w in exp.query_words],
             book_words=book_words,
@@ -96,7 +115,14 @@ class Explainer:
         assert self.encoder is not None
         title_tokens, description_tokens = self.encoder.token_embeddings([title, description])
         with self._lock:
-            self._books[key] = (title_tokens, description_tokens)
-            while len(self._books) > _CACHED_BOOKS:
-                self._books.popitem(last=False)
+            if key not in self._books:
+                self._books[key] = (title_tokens, description_tokens)
+                self._bytes += _size(title_tokens) + _size(description_tokens)
+            while len(self._books) > _CACHED_BOOKS or self._bytes > _CACHED_BYTES:
+                _, (t, d) = self._books.popitem(last=False)
+                self._bytes -= _size(t) + _size(d)
         return title_tokens, description_tokens
+
+
+def _size(tokens: TokenEmbeddings) -> int:
+    return tokens.vectors.numel() * tokens.vectors.element_size()

@@ -57,6 +57,12 @@ class ExplainResponse(BaseModel):
     query: str
     title: str
     description: str | None
+    explained_chars: int | None = Field(
+        description="How much of the description is explained: its first `explained_chars` "
+        "characters (all of it unless it is longer than 10,000; the search embedding itself "
+        "reads only the first 256 word pieces). Words past this offset are not in "
+        "`book_words`. null without a description."
+    )
     scale: float = Field(description="Softmax scale of the token cross-attention.")
     query_words: list[QueryWord] = Field(description="The query's content words (rows).")
     book_words: list[BookWord] = Field(
