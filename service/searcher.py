@@ -2,10 +2,13 @@
 
 Requests that queue up while a batch is being answered form the next batch; once load is seen
 (the last batch had company) a batch also waits up to `window` for more, so a lone request on an
-idle service never waits. One worker thread encodes the batch's new query texts (repeated ones
-come from an LRU cache), runs `attend` once for all of them with a (B, N) mask built from each
-request's filters, and hands every request its own page. One worker also means torch work never
-competes with itself for the cores.
+idle service never waits. A batch takes the waiting requests' queries in turn, one each per
+round, up to `max_batch`: a request of 64 queries is answered over several batches beside the
+others, so it cannot make a single query wait behind it (twenty of them once kept one GET
+waiting 19 s in arrival order), and batches stay full. One worker thread encodes the batch's
+new query texts (repeated ones come from an LRU cache), runs `attend` once for all of them with a
+(B, N) mask built from each request's filters, and hands every request its own page. One
+worker also means torch work never competes with itself for the cores.
 """
 
 from __future__ import annotations
@@ -13,11 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import queue
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -52,6 +54,21 @@ class _Job:
     queries: list[str]
     options: SearchOptions
     future: Future[list[SearchResponse]] = field(default_factory=Future)
+    taken: int = 0  # queries handed to a batch so far; they are answered in order
+    responses: list[SearchResponse] = field(default_factory=list)
+
+
+@dataclass
+class _Slice:
+    """Queries [start, stop) of one job, answered in one batch."""
+
+    job: _Job
+    start: int
+    stop: int
+
+    @property
+    def queries(self) -> list[str]:
+        return self.job.queries[self.start : self.stop]
 
 
 class QueryCache:
@@ -105,16 +122,21 @@ class Searcher:
         self.cache = QueryCache(cache_size)
         self.batch_sizes: deque[int] = deque(maxlen=1000)  # queries per attention call
         self.on_batch: Callable[[int], None] | None = None  # told each batch's size (metrics)
-        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._waiting: deque[_Job] = deque()  # jobs with queries not yet in a batch, in turn
+        self._changed = threading.Condition()  # a job arrived, or close() was called
+        self._stopping = False
         self._worker: threading.Thread | None = None
 
     def start(self) -> None:
+        self._stopping = False
         self._worker = threading.Thread(target=self._loop, name="attend-searcher", daemon=True)
         self._worker.start()
 
     def close(self) -> None:
         if self._worker is not None:
-            self._jobs.put(None)
+            with self._changed:
+                self._stopping = True
+                self._changed.notify()
             self._worker.join(timeout=30)
             self._worker = None
 
@@ -123,54 +145,92 @@ class Searcher:
         if self._worker is None:
             raise RuntimeError("Searcher.start() was not called")
         job = _Job(queries, options)
-        self._jobs.put(job)
+        with self._changed:
+            self._waiting.append(job)
+            self._changed.notify()
         return await asyncio.wrap_future(job.future)
 
     def search_now(self, queries: list[str], options: SearchOptions) -> list[SearchResponse]:
         """Answer in the calling thread, unbatched (the CLI)."""
-        return self._answer([_Job(queries, options)])[0]
+        job = _Job(queries, options)
+        return self._answer([_Slice(job, 0, len(queries))])[0]
 
     def _loop(self) -> None:
         busy = False  # did the last batch have company? then more is likely on its way
-        while (first := self._jobs.get()) is not None:
-            batch, stop = self._collect(first, wait=busy)
-            busy = len(batch) > 1
+        while (batch := self._collect(wait=busy)) is not None:
+            busy = len(batch) > 1 or bool(self._waiting)
             try:
-                for job, responses in zip(batch, self._answer(batch), strict=True):
-                    job.future.set_result(responses)
-            except Exception as e:  # every waiting request gets the error, none hangs
-                for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(e)
-            if stop:
-                break
+                for piece, responses in zip(batch, self._answer(batch), strict=True):
+                    job = piece.job
+                    job.responses.extend(responses)
+                    if len(job.responses) == len(job.queries) and not job.future.done():
+                        job.future.set_result(job.responses)  # done: cancelled (client gone)
+            except Exception as e:  # every request in the batch gets the error, none hangs
+                self._fail({id(piece.job): piece.job for piece in batch}.values(), e)
 
-    def _collect(self, first: _Job, *, wait: bool) -> tuple[list[_Job], bool]:
-        """`first` and the jobs queued behind it, plus, when `wait`, those arriving within the
-        window; up to `max_batch` queries. Also says whether the stop sentinel was met."""
-        batch, size = [first], len(first.queries)
-        deadline = time.monotonic() + (self.window if wait else 0.0)
-        while size < self.max_batch:
-            try:
-                job = self._jobs.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            if job is None:
-                return batch, True
-            batch.append(job)
-            size += len(job.queries)
-        return batch, False
+    def _fail(self, jobs: Iterable[_Job], error: Exception) -> None:
+        failed = {id(job) for job in jobs}
+        with self._changed:  # the rest of a failed job's queries are not answered
+            self._waiting = deque(job for job in self._waiting if id(job) not in failed)
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_exception(error)
 
-    def _answer(self, jobs: list[_Job]) -> list[list[SearchResponse]]:
+    def _collect(self, *, wait: bool) -> list[_Slice] | None:
+        """The next batch, once a job waits (None once close() is called): when `wait`, after
+        up to `window` for more to arrive, unless the waiting jobs fill a batch already."""
+        with self._changed:
+            while not self._waiting and not self._stopping:
+                self._changed.wait()
+            if self._stopping:
+                return None
+            deadline = time.monotonic() + (self.window if wait else 0.0)
+            while (left := deadline - time.monotonic()) > 0 and self._unbatched() < self.max_batch:
+                self._changed.wait(timeout=left)
+                if self._stopping:
+                    return None
+            return self._take()
+
+    def _unbatched(self) -> int:
+        return sum(len(job.queries) - job.taken for job in self._waiting)
+
+    def _take(self) -> list[_Slice]:
+        """Up to `max_batch` queries from the waiting jobs, one from each in turn; a job with
+        queries left over goes to the back of the line. Called under the lock."""
+        self._waiting = deque(job for job in self._waiting if not job.future.cancelled())
+        counts: dict[int, int] = {}
+        order: list[_Job] = []
+        size, progressed = 0, True
+        while size < self.max_batch and progressed:
+            progressed = False
+            for job in self._waiting:
+                if size == self.max_batch:
+                    break
+                if job.taken + counts.get(id(job), 0) < len(job.queries):
+                    if id(job) not in counts:
+                        order.append(job)
+                    counts[id(job)] = counts.get(id(job), 0) + 1
+                    size += 1
+                    progressed = True
+        batch = []
+        for job in order:
+            batch.append(_Slice(job, job.taken, job.taken + counts[id(job)]))
+            job.taken += counts[id(job)]
+        unfinished = [job for job in order if job.taken < len(job.queries)]
+        untouched = [job for job in self._waiting if id(job) not in counts]
+        self._waiting = deque(untouched + unfinished)
+        return batch
+
+    def _answer(self, jobs: list[_Slice]) -> list[list[SearchResponse]]:
         ranker = self.ranker  # one generation for the whole batch, even if a swap comes
         if len(ranker) == 0:
             raise IndexEmptyError()
         texts = [text for job in jobs for text in job.queries]
         logger.debug("batch of %d queries: %r", len(texts), texts)
         q = self.cache.encode(self.encoder, texts)  # (B, d)
-        filters = [_filters(job.options) for job in jobs for _ in job.queries]
-        heads = [self._heads(job.options) for job in jobs for _ in job.queries]
-        k = max(job.options.offset + job.options.k for job in jobs)
+        filters = [_filters(s.job.options) for s in jobs for _ in s.queries]
+        heads = [self._heads(s.job.options) for s in jobs for _ in s.queries]
+        k = max(s.job.options.offset + s.job.options.k for s in jobs)
         rankings = iter(
             rank_heads(
                 ranker,
@@ -187,8 +247,8 @@ class Searcher:
         if self.on_batch is not None:
             self.on_batch(len(texts))
         return [
-            [self._response(ranker, t, job.options, next(rankings)) for t in job.queries]
-            for job in jobs
+            [self._response(ranker, t, s.job.options, next(rankings)) for t in s.queries]
+            for s in jobs
         ]
 
     def _heads(self, options: SearchOptions) -> dict[str, float]:

@@ -1,0 +1,84 @@
+"""The search worker's fair share (issue 16, finding 7): big batches of queries cannot make a
+single query wait behind them, batches stay full, and every answer is the one given alone."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from sqlalchemy import Engine
+
+from conftest import FakeEncoder, index_books
+from service.main import build_searcher
+from service.schemas import SearchOptions, SearchResponse
+from service.searcher import Searcher
+from service.settings import ServiceSettings
+
+BOOKS: list[dict[str, object]] = [
+    {"id": f"b{i:03d}", "title": f"Book {i} of the {w} kind", "description": f"{w} story {i}"}
+    for i, w in enumerate(["wizard", "desert", "history", "space", "garden"] * 20)
+]
+BIG, BIG_REQUESTS = 64, 20
+
+
+class RandomEncoder(FakeEncoder):
+    """A fixed random unit vector per text: no two books tie on a score, so "the same answer"
+    means the same order here (ties are tests/test_ties.py's business)."""
+
+    def encode(self, texts: list[str]) -> torch.Tensor:
+        seeds = [int(hashlib.blake2b(t.encode(), digest_size=6).hexdigest(), 16) for t in texts]
+        rows = [torch.randn(self.dim, generator=torch.Generator().manual_seed(s)) for s in seeds]
+        return torch.nn.functional.normalize(torch.stack(rows), dim=-1)
+
+
+@pytest.fixture
+def searcher(engine: Engine, tmp_path: Path) -> Iterator[Searcher]:
+    url = index_books(engine, tmp_path, BOOKS, RandomEncoder())
+    settings = ServiceSettings(database_url=url, device="cpu", batch_window_ms=2, max_batch=64)
+    s = build_searcher(settings, engine=engine, encoder=RandomEncoder())
+    s.start()
+    yield s
+    s.close()
+
+
+def test_a_single_query_is_not_kept_behind_big_batches(searcher: Searcher) -> None:
+    finished: list[str] = []  # the order requests were answered in
+    lock = threading.Lock()
+
+    async def one(name: str, queries: list[str]) -> list[SearchResponse]:
+        responses = await searcher.search(queries, SearchOptions(k=5))
+        with lock:
+            finished.append(name)
+        return responses
+
+    async def load() -> list[list[SearchResponse]]:
+        big = [
+            one(f"big{r}", [f"{w} tale {r} {i}" for i, w in enumerate(["wizard", "space"] * 32)])
+            for r in range(BIG_REQUESTS)
+        ]
+        return await asyncio.gather(*big, one("single", ["a desert history"]))
+
+    *bigs, [single] = asyncio.run(load())
+
+    # In arrival order the single query came last; in turns it shares the next batch.
+    assert finished.index("single") < BIG_REQUESTS // 2, finished
+    # Batches stayed full: 20 × 64 + 1 queries in 21 batches of 64, give or take the first.
+    total = BIG * BIG_REQUESTS + 1
+    assert len(searcher.batch_sizes) <= math.ceil(total / 64) + 2, list(searcher.batch_sizes)
+    assert sum(searcher.batch_sizes) == total
+    # Each request got its own answers, in its order, as if it had come alone.
+    assert [r.query for r in bigs[3]] == [
+        f"{w} tale 3 {i}" for i, w in enumerate(["wizard", "space"] * 32)
+    ]
+    for response in [single, bigs[0][0], bigs[7][63], bigs[19][31]]:
+        alone = searcher.search_now([response.query], SearchOptions(k=5))[0]
+        assert [h.id for h in response.results] == [h.id for h in alone.results]
+        assert [h.weight for h in response.results] == pytest.approx(
+            [h.weight for h in alone.results], rel=1e-5
+        )
