@@ -1,19 +1,30 @@
-# The README's two commands: `make demo` (set up, index the demo catalog, serve it) and
-# `make test` (set up, lint, type-check, run the tests). .ci/run runs `make test`.
+# The README's two commands: `make demo` (set up the runtime, index the demo catalog, serve it)
+# and `make test` (set up everything, lint, type-check, run the tests). .ci/run runs `make test`.
+# Two stamps: the demo installs the runtime only (no Ray, Playwright, schemathesis or mypy); the
+# tests add the [dev] extras to the same venv, so `make demo` then `make test` works, and the
+# other way round needs nothing more.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+PIP := $(BIN)/pip install --quiet --disable-pip-version-check
 
-.PHONY: install demo test lint
+.PHONY: install install-runtime demo test lint
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(PIP) -e .
 	touch $@
 
-install: $(VENV)/.installed
+$(VENV)/.dev: $(VENV)/.runtime pyproject.toml
+	$(PIP) -e ".[dev]"
+	touch $@
 
-demo: install
+install-runtime: $(VENV)/.runtime
+
+install: $(VENV)/.dev
+
+# ATTEND_PORT / ATTEND_HOST (or a .env file) choose where it serves, as for `attend serve`.
+demo: install-runtime
 	$(BIN)/attend demo
 
 lint: install

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi_offline import FastAPIOffline
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
@@ -257,7 +258,8 @@ def create_app(
         finally:
             engine.dispose()
 
-    app = FastAPI(
+    # FastAPI's own /docs and /redoc load their scripts from a CDN: blank pages offline
+    app = FastAPIOffline(
         title="Attend",
         summary="Semantic book search ranked by attention, with the weights in every answer.",
         version="0.1.0",

@@ -3,7 +3,7 @@
 - `attend_http_requests_total{method, route, status}` and
   `attend_http_request_duration_seconds{method, route, status}` (a histogram), where `route` is
   the route's template (`/books/{book_id}`), never the raw path, so ids cannot blow up the label
-  set; requests that match no route share `route="<unmatched>"`.
+  set (`route_label`); requests that match no route share `route="<unmatched>"`.
 - `attend_search_batch_size`: queries per encoder and attention call (a histogram), fed by the
   searcher.
 - Gauges read when scraped, through callbacks registered with `Metrics.gauge`: the catalog size,
@@ -22,6 +22,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
+from starlette.routing import BaseRoute, Match
+from starlette.types import Scope
 
 logger = logging.getLogger(__name__)
 
@@ -87,3 +89,28 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def route_label(scope: Scope, arrived: Scope) -> str:
+    """The template of the route that answered the request (`/books/{book_id}`), or UNMATCHED.
+    `scope` is the request's scope after the app answered, `arrived` a copy from before.
+
+    FastAPI's router puts its own routes (the API's) in the scope; the plain Starlette routes
+    and mounts it answers through (`/openapi.json`, the docs' assets under
+    `/static-offline-docs/{path}`) it does not, so those are matched again among the app's
+    routes, with the scope as it arrived (a mount rewrites `root_path` and `app`). Without that
+    they were counted as `<unmatched>`, beside the unknown paths."""
+    template = _template(scope.get("route"))
+    if template is not None:
+        return template
+    routes: list[BaseRoute] = getattr(arrived.get("app"), "routes", [])
+    for route in routes:
+        match, _ = route.matches(arrived)
+        if match is Match.FULL:
+            return _template(route) or UNMATCHED
+    return UNMATCHED
+
+
+def _template(route: object) -> str | None:
+    template = getattr(route, "path_format", None) or getattr(route, "path", None)
+    return str(template) if template else None

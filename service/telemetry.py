@@ -13,7 +13,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.metrics import UNMATCHED, Metrics
+from service.metrics import Metrics, route_label
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +28,7 @@ class RequestTelemetry:
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
+        arrived = dict(scope)  # the router and mounts update `scope` (route_label)
         status = 500  # what the client gets if the app raises before answering
 
         async def watched_send(message: Message) -> None:
@@ -40,7 +41,7 @@ class RequestTelemetry:
             await self.app(scope, receive, watched_send)
         finally:
             seconds = time.perf_counter() - t0
-            route = route_template(scope)
+            route = route_label(scope, arrived)
             self.metrics.observe_request(scope["method"], route, status, seconds)
             logger.info(
                 "%s %s %d %.1f ms",
@@ -57,11 +58,3 @@ class RequestTelemetry:
                     "client": (scope.get("client") or ("", 0))[0],
                 },
             )
-
-
-def route_template(scope: Scope) -> str:
-    """The template of the route that answered (`/books/{book_id}`), set in the scope by the
-    router; UNMATCHED when none did."""
-    route = scope.get("route")
-    template = getattr(route, "path_format", None) or getattr(route, "path", None)
-    return str(template) if template else UNMATCHED

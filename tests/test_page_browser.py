@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 import uvicorn
@@ -103,5 +104,35 @@ def test_search_explain_and_recommend_in_a_browser(server: str) -> None:
             expect(recs.first).to_be_visible(timeout=15_000)
             assert "earthsea" not in [r.get_attribute("data-id") for r in recs.all()]
             assert "from A Wizard of Earthsea" in recs.first.inner_text()
+        finally:
+            browser.close()
+
+
+def test_api_docs_render_with_the_network_blocked(server: str) -> None:
+    """/docs in a browser that can reach nothing but the service: Swagger UI comes from the
+    app (fastapi-offline's packaged assets) and lists the API's operations."""
+    from playwright.sync_api import Route, expect, sync_playwright
+
+    local = urlparse(server).netloc
+    blocked: list[str] = []
+
+    def only_the_service(route: Route) -> None:
+        if urlparse(route.request.url).netloc == local:
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.route("**/*", only_the_service)
+            page.goto(server + "/docs")
+            operations = page.locator(".opblock .opblock-summary-path")
+            expect(operations.first).to_be_visible(timeout=15_000)
+            paths = {p.get_attribute("data-path") for p in operations.all()}
+            assert {"/search", "/books/{book_id}", "/recommend"} <= paths
+            assert blocked == []  # nothing was even asked of another host
         finally:
             browser.close()

@@ -1,0 +1,60 @@
+"""/docs and /redoc work offline: their pages load Swagger UI and ReDoc from the app itself
+(fastapi-offline's packaged assets), never from a CDN; /metrics labels them by route."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import FakeEncoder
+from service.main import create_app
+from service.settings import ServiceSettings
+
+
+@pytest.fixture(scope="module")
+def client(demo_database_url: str) -> Iterator[TestClient]:
+    settings = ServiceSettings(database_url=demo_database_url, device="cpu")
+    with TestClient(create_app(settings, encoder=FakeEncoder())) as c:
+        yield c
+
+
+def _assets(html: str) -> list[str]:
+    return re.findall(r"""(?:src|href)=["']([^"']+)["']""", html)
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_docs_pages_load_their_assets_from_the_app(client: TestClient, page: str) -> None:
+    r = client.get(page)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assets = _assets(r.text)
+    scripts = [a for a in assets if a.endswith(".js")]
+    assert scripts, r.text
+    for asset in assets:
+        assert not urlparse(asset).netloc, f"{page} loads {asset} from another host"
+        got = client.get(asset)
+        assert got.status_code == 200, asset
+        assert len(got.content) > 1000, asset  # the real bundle, not a placeholder
+    assert "/openapi.json" in r.text
+
+
+def test_docs_and_openapi_have_their_own_route_label(client: TestClient) -> None:
+    assets = _assets(client.get("/docs").text)
+    assert client.get("/openapi.json").status_code == 200
+    for asset in assets:
+        client.get(asset)
+    assert client.get("/no/such/page").status_code == 404
+
+    text = client.get("/metrics").text
+    routes = {
+        s.labels["route"]
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "attend_http_requests_total" and s.labels["status"] == "200"
+    }
+    assert {"/docs", "/openapi.json", "/static-offline-docs/{path}"} <= routes
+    assert "<unmatched>" not in routes  # only the unknown path, answered 404
