@@ -22,13 +22,14 @@ from pathlib import Path
 
 import numpy as np
 from sqlalchemy import Engine
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
 from indexer import batches, generations, store
 from indexer.batches import FIELDS, VALUE_FIELD, BatchPlan, field_texts
-from indexer.catalog import CatalogError, CatalogRecord, InvalidRow, scan_catalog
+from indexer.catalog import CatalogError, CatalogRecord, CatalogSnapshot, InvalidRow
 from indexer.db import ensure_schema
-from indexer.schema import Generation
+from indexer.schema import BUILDING, Generation
 from indexer.settings import IndexSettings
 from models.encoder import Encoder
 
@@ -106,10 +107,13 @@ class Progress:
             self.listener(now)
 
 
-def validate(path: str | Path) -> tuple[int, list[InvalidRow]]:
+def validate(catalog: str | Path | CatalogSnapshot) -> tuple[int, list[InvalidRow]]:
     """Count the good rows of a catalog and collect the bad ones, writing nothing."""
+    if not isinstance(catalog, CatalogSnapshot):
+        with CatalogSnapshot.take(catalog) as snapshot:
+            return validate(snapshot)
     good, bad = 0, []
-    for row in scan_catalog(path):
+    for row in catalog.scan():
         if isinstance(row, InvalidRow):
             bad.append(row)
         else:
@@ -147,7 +151,7 @@ def run(
     *,
     engine: Engine,
     encoder: Encoder,
-    path: str | Path,
+    path: str | Path | CatalogSnapshot,
     skip_invalid: bool = False,
     keep_missing: bool = False,
     progress: Progress | None = None,
@@ -155,12 +159,22 @@ def run(
 ) -> IndexReport:
     """Index the catalog at `path` as the next generation. Nothing is written when it has a bad
     row, unless `skip_invalid`. Raises `generations.IndexBusyError` if another writer runs.
-    `embedder` replaces `encoder` for the embedding (`encoder` still names the model)."""
+    `embedder` replaces `encoder` for the embedding (`encoder` still names the model).
+
+    The file is read once, into a private snapshot that is validated and then indexed: a
+    catalog rewritten during the run cannot slip an unvalidated row in. A snapshot given
+    (an upload) is read as it is, and left open for its owner to close."""
     progress = progress or Progress()
     t0 = time.perf_counter()
     progress.update(state="validating", started=time.monotonic(), finished=None)
+    snapshot: CatalogSnapshot | None = None
     try:
-        total, rejected = validate(path)
+        if isinstance(path, CatalogSnapshot):
+            catalog = path
+        else:
+            catalog = snapshot = CatalogSnapshot.take(path, max_row_bytes=settings.max_row_bytes)
+        path = catalog.name
+        total, rejected = validate(catalog)
         if rejected and not skip_invalid:
             raise CatalogError(rejected)
         for row in rejected:
@@ -172,7 +186,7 @@ def run(
                 settings,
                 engine,
                 encoder,
-                path=path,
+                catalog=catalog,
                 report=report,
                 keep_missing=keep_missing,
                 progress=progress,
@@ -181,6 +195,9 @@ def run(
     except BaseException:
         progress.update(state="failed", finished=time.monotonic())
         raise
+    finally:
+        if snapshot is not None:
+            snapshot.close()
     report.seconds = time.perf_counter() - t0
     progress.update(state="done", finished=time.monotonic())
     logger.info(
@@ -205,7 +222,7 @@ def _build(
     engine: Engine,
     encoder: Encoder,
     *,
-    path: str | Path,
+    catalog: CatalogSnapshot,
     report: IndexReport,
     keep_missing: bool,
     progress: Progress,
@@ -213,15 +230,60 @@ def _build(
 ) -> None:
     with Session(engine) as session, session.begin():
         building, report.resumed = generations.begin(
-            session=session, model=encoder.name, catalog=str(path)
+            session=session, model=encoder.name, catalog=catalog.name
         )
         g = building.id
+    try:
+        _fill(
+            settings,
+            engine,
+            encoder,
+            g,
+            catalog=catalog,
+            report=report,
+            keep_missing=keep_missing,
+            progress=progress,
+            embedder=embedder,
+        )
+    except (OperationalError, InterfaceError):
+        # the database went away or filled up: the committed batches stay, a rerun resumes
+        logger.warning("generation %d stays building: a rerun of the index resumes it", g)
+        raise
+    except Exception as e:  # anything else would fail again: the generation ends failed
+        _abandon(engine, g, error=f"{type(e).__name__}: {e}"[:2000])
+        raise
+
+
+def _abandon(engine: Engine, g: int, *, error: str) -> None:
+    """End generation `g` failed, so it is not left building (which refuses deletes)."""
+    try:
+        with Session(engine) as session, session.begin():
+            generation = session.get(Generation, g)
+            if generation is not None and generation.state == BUILDING:
+                generations.abandon(session=session, generation=generation, error=error)
+    except Exception:  # the run's own error is the one to report
+        logger.exception("could not mark generation %d failed; it stays building", g)
+
+
+def _fill(
+    settings: IndexSettings,
+    engine: Engine,
+    encoder: Encoder,
+    g: int,
+    *,
+    catalog: CatalogSnapshot,
+    report: IndexReport,
+    keep_missing: bool,
+    progress: Progress,
+    embedder: Embedder,
+) -> None:
+    path = catalog.name
     progress.update(state="indexing", total=report.books, done=0, embedded=0, generation=g)
     seen: set[str] = set()
     planned: deque[list[str]] = deque()  # each planned batch's ids, until it is written
 
     def plans() -> Iterator[BatchPlan]:
-        for batch in batched(_valid(path), settings.batch_size):
+        for batch in batched(_valid(catalog), settings.batch_size):
             with Session(engine) as session:
                 plan = batches.plan_batch(
                     session=session, records=batch, model=encoder.name, generation=g
@@ -298,8 +360,8 @@ def delete_books(*, engine: Engine, book_ids: Sequence[str]) -> DeleteReport:
         )
 
 
-def _valid(path: str | Path) -> Iterator[CatalogRecord]:
-    return (row for row in scan_catalog(path) if isinstance(row, CatalogRecord))
+def _valid(catalog: CatalogSnapshot) -> Iterator[CatalogRecord]:
+    return (row for row in catalog.scan() if isinstance(row, CatalogRecord))
 
 
 def batched(rows: Iterator[CatalogRecord], n: int) -> Iterator[list[CatalogRecord]]:

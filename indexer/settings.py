@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from indexer.catalog import MAX_ROW_BYTES
 from models.encoder import DEFAULT_MODEL, DEFAULT_ONNX_CACHE_DIR
 
 EncoderBackend = Literal["auto", "torch", "onnx"]
@@ -67,6 +68,13 @@ class IndexSettings(CommonSettings):
     )
     batch_size: int = Field(
         256, ge=1, le=100_000, description="Books per transaction: a crash loses at most one batch."
+    )
+    max_row_bytes: int = Field(
+        MAX_ROW_BYTES,
+        ge=1024,
+        le=1024**3,
+        description="Longest catalog row read (a JSONL line, a CSV record): a longer one is "
+        "rejected with its line number, so memory stays bounded per row whatever the file.",
     )
     ray_workers: int = Field(
         0,

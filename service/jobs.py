@@ -15,6 +15,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from indexer import pipeline
+from indexer.catalog import CatalogSnapshot
 from indexer.pipeline import IndexReport, Progress, ProgressSnapshot
 from indexer.settings import IndexSettings
 from models.encoder import Encoder
@@ -30,10 +31,10 @@ _KEPT = 100  # finished jobs remembered
 class Job:
     id: str
     catalog: str  # what the client named (a path, or the uploaded file's name)
-    path: Path  # the file indexed
+    path: Path | CatalogSnapshot  # the file indexed, or an upload's private snapshot
     keep_missing: bool
     skip_invalid: bool
-    cleanup: bool  # delete `path` afterwards (an upload)
+    cleanup: bool  # delete or close `path` afterwards (an upload)
     state: str = QUEUED
     progress: Progress = field(default_factory=Progress)
     report: IndexReport | None = None
@@ -64,14 +65,20 @@ class ReindexJobs:
         self._last: Job | None = None
 
     def submit(
-        self, path: Path, *, catalog: str, keep_missing: bool, skip_invalid: bool, cleanup: bool
+        self,
+        path: Path | CatalogSnapshot,
+        *,
+        catalog: str,
+        keep_missing: bool,
+        skip_invalid: bool,
+        cleanup: bool,
     ) -> Job:
         """Start a job, or raise `JobRunningError` while one runs."""
         with self._lock:
             running = self._last if self._last and self._last.state in (QUEUED, RUNNING) else None
             if running is not None:
                 if cleanup:
-                    path.unlink(missing_ok=True)
+                    _discard(path)
                 raise JobRunningError(running.id)
             job = Job(uuid.uuid4().hex, catalog, path, keep_missing, skip_invalid, cleanup)
             self._jobs[job.id] = job
@@ -124,4 +131,12 @@ class ReindexJobs:
         finally:
             job.finished_at = datetime.now(UTC)
             if job.cleanup:
-                job.path.unlink(missing_ok=True)
+                _discard(job.path)
+
+
+def _discard(path: Path | CatalogSnapshot) -> None:
+    """An upload's file gone: a snapshot is an anonymous file, which closing deletes."""
+    if isinstance(path, CatalogSnapshot):
+        path.close()
+    else:
+        path.unlink(missing_ok=True)

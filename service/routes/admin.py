@@ -12,9 +12,10 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
+from indexer.catalog import CatalogSnapshot
 from service.deps import AdminDep, JobsDep
 from service.errors import BadCatalogRequestError, JobNotFoundError
-from service.jobs import Job
+from service.jobs import Job, ReindexJobs
 from service.schemas import JobOut, JobProgress, JobReport, ReindexRequest
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[AdminDep])
@@ -48,9 +49,13 @@ _UPLOAD_BODY = {
 async def reindex(request: Request, response: Response, jobs: JobsDep) -> JobOut:
     """Re-index from a catalog path on the server (JSON) or an uploaded file (multipart)."""
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        path, name, keep_missing, skip_invalid = await _save_upload(request)
+        snapshot, name, keep_missing, skip_invalid = await _save_upload(request, jobs)
         job = jobs.submit(
-            path, catalog=name, keep_missing=keep_missing, skip_invalid=skip_invalid, cleanup=True
+            snapshot,
+            catalog=name,
+            keep_missing=keep_missing,
+            skip_invalid=skip_invalid,
+            cleanup=True,
         )
     else:
         try:
@@ -59,7 +64,7 @@ async def reindex(request: Request, response: Response, jobs: JobsDep) -> JobOut
             msg = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors())
             raise BadCatalogRequestError(msg or "invalid JSON body") from None
         path = Path(body.catalog)
-        if path.suffix.lower() not in _SUFFIXES or not path.is_file():
+        if path.suffix.lower() not in _SUFFIXES or not _is_file(path):
             raise BadCatalogRequestError(
                 f"catalog {body.catalog!r} is not a .jsonl or .csv file on the server"
             )
@@ -83,8 +88,11 @@ def get_job(job_id: str, jobs: JobsDep) -> JobOut:
     return job_out(job)
 
 
-async def _save_upload(request: Request) -> tuple[Path, str, bool, bool]:
-    """The uploaded catalog saved to a temporary file, its name, keep_missing, skip_invalid."""
+async def _save_upload(
+    request: Request, jobs: ReindexJobs
+) -> tuple[CatalogSnapshot, str, bool, bool]:
+    """The uploaded catalog as a snapshot (an anonymous temporary file, which no crash leaves
+    behind), its name, keep_missing, skip_invalid."""
     async with request.form() as form:
         upload = form.get("catalog")
         if not isinstance(upload, UploadFile):
@@ -95,16 +103,31 @@ async def _save_upload(request: Request) -> tuple[Path, str, bool, bool]:
                 f"the uploaded catalog must be .jsonl or .csv, not {suffix!r}"
             )
 
-        def save() -> Path:
-            with tempfile.NamedTemporaryFile("wb", suffix=suffix, delete=False) as f:
-                shutil.copyfileobj(upload.file, f)
-            return Path(f.name)
+        name = upload.filename or f"upload{suffix}"
+
+        def save() -> CatalogSnapshot:
+            f = tempfile.TemporaryFile()  # noqa: SIM115  # the job closes it, which deletes it
+            try:
+                shutil.copyfileobj(upload.file, f, 1024 * 1024)
+            except BaseException:
+                f.close()
+                raise
+            return CatalogSnapshot.adopt(f, name=name, max_row_bytes=jobs.settings.max_row_bytes)
 
         def flag(name: str) -> bool:
             return str(form.get(name, "false")).lower() in ("1", "true", "yes", "on")
 
-        path = await run_in_threadpool(save)
-        return path, upload.filename or path.name, flag("keep_missing"), flag("skip_invalid")
+        snapshot = await run_in_threadpool(save)
+        return snapshot, name, flag("keep_missing"), flag("skip_invalid")
+
+
+def _is_file(path: Path) -> bool:
+    """Whether `path` is a file here; False for a path the OS refuses to look up (a name too
+    long, say: ENAMETOOLONG is an OSError pathlib passes on, which would answer 500)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def job_out(job: Job) -> JobOut:
