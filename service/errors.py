@@ -73,6 +73,11 @@ class KeysElsewhereError(RuntimeError):
         )
 
 
+NESTED_TOO_DEEP = (
+    "the body's JSON is nested too deeply: more levels than the parser takes (about 1,000)"
+)
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors():
@@ -202,6 +207,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):
+            # FastAPI's body reader answers 400 for any parse error but JSON's own; JSON nested
+            # past json.loads' recursion limit is bad input like any other invalid body: 422
+            return JSONResponse({"detail": NESTED_TOO_DEEP}, status_code=422)
         headers = dict(exc.headers or {})
         if exc.status_code == 405:  # Starlette names only the first route's methods
             headers["Allow"] = ", ".join(_allowed_methods(request))

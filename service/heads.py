@@ -9,18 +9,24 @@ shares π_h · p_h(book).
 from __future__ import annotations
 
 import math
+import sys
 
 DENSE_HEADS = ("title", "description")  # one per field of the index (indexer.pipeline.FIELDS)
 LEXICAL = "lexical"
 HEADS = (*DENSE_HEADS, LEXICAL)
 MAX_HEADS_CHARS = 200
+# The smallest weight beside the largest: a mixture Σ π_h · p_h of shares a million times apart
+# is the larger head's ranking, and a weight like 1e-320 beside 1 (π = 1e-20, weights of 5e-22)
+# is a typo far more often than an intent. Weights are relative, so any scale of them is fine.
+MIN_RATIO = 1e-6
 
 
 def parse_heads(text: str) -> dict[str, float]:
     """`name:weight,…` → {name: π} normalised to sum 1, in HEADS order; zero weights dropped.
 
     Raises ValueError (a 422 in the API) for an unknown or repeated head, a weight that is not
-    a finite non-negative number, or weights that are all zero.
+    a finite non-negative number, weights that are all zero, or a weight above 0 under
+    MIN_RATIO of the largest. The messages name no field: the caller's context does.
     """
     if len(text) > MAX_HEADS_CHARS:
         raise ValueError(f"heads is longer than {MAX_HEADS_CHARS} characters")
@@ -29,7 +35,7 @@ def parse_heads(text: str) -> dict[str, float]:
         name, sep, value = part.strip().partition(":")
         name = name.strip()
         if not sep:
-            raise ValueError(f"heads: expected name:weight, got {part.strip()!r}")
+            raise ValueError(f"expected name:weight, got {part.strip()!r}")
         if name not in HEADS:
             raise ValueError(f"unknown head {name!r}: the heads are {', '.join(HEADS)}")
         if name in weights:
@@ -40,11 +46,26 @@ def parse_heads(text: str) -> dict[str, float]:
             raise ValueError(f"head {name!r}: weight {value.strip()!r} is not a number") from None
         if not math.isfinite(w) or w < 0:
             raise ValueError(f"head {name!r}: weight must be a finite number ≥ 0, got {w}")
+        if 0 < w < sys.float_info.min:  # subnormal: a few bits of precision, ratios all wrong
+            raise ValueError(
+                f"head {name!r}: weight {value.strip()} is too small to compute with (under "
+                f"{sys.float_info.min:.1e}); weights are relative, so scale them all up"
+            )
         weights[name] = w
-    total = sum(weights.values())
-    if total <= 0:
-        raise ValueError("heads: at least one head needs a weight above 0")
-    return {h: weights[h] / total for h in HEADS if weights.get(h, 0) > 0}
+    largest = max(weights.values())
+    if largest <= 0:
+        raise ValueError("at least one head needs a weight above 0")
+    for name, w in weights.items():
+        if 0 < w < largest * MIN_RATIO:
+            raise ValueError(
+                f"head {name!r}: weight {w:g} is under {MIN_RATIO:g} of the largest weight "
+                f"({largest:g}); give it 0 to turn the head off, or weights within a factor "
+                f"of {1 / MIN_RATIO:g} of each other"
+            )
+    # divided by the largest first, so the sum is at most len(HEADS), never inf (1e308 · 2)
+    relative = {h: w / largest for h, w in weights.items()}
+    total = sum(relative.values())
+    return {h: relative[h] / total for h in HEADS if relative.get(h, 0) > 0}
 
 
 def format_heads(weights: dict[str, float]) -> str:

@@ -5,12 +5,18 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import SettingsConfigDict
 
 from indexer.settings import CommonSettings
 from service.heads import parse_heads
 
 
 class ServiceSettings(CommonSettings):
+    # A refused value is never repeated in the error: a too-short ATTEND_ADMIN_TOKEN (or a
+    # database URL with its password) would otherwise be printed to stderr and the logs. The
+    # message still names the variable and the reason.
+    model_config = SettingsConfigDict(hide_input_in_errors=True)
+
     host: str = Field("127.0.0.1", description="Interface `attend serve` binds.")
     port: int = Field(8000, ge=1, le=65535, description="Port `attend serve` listens on.")
     scale: float = Field(

@@ -14,7 +14,7 @@ from starlette.datastructures import UploadFile
 
 from indexer.catalog import CatalogSnapshot
 from service.deps import AdminDep, JobsDep
-from service.errors import BadCatalogRequestError, JobNotFoundError
+from service.errors import NESTED_TOO_DEEP, BadCatalogRequestError, JobNotFoundError
 from service.jobs import Job, ReindexJobs
 from service.schemas import JobOut, JobProgress, JobReport, ReindexRequest
 
@@ -61,7 +61,7 @@ async def reindex(request: Request, response: Response, jobs: JobsDep) -> JobOut
         try:
             body = ReindexRequest.model_validate_json(await request.body())
         except ValidationError as e:
-            msg = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors())
+            msg = "; ".join(_reason(x["loc"], x["msg"]) for x in e.errors())
             raise BadCatalogRequestError(msg or "invalid JSON body") from None
         path = Path(body.catalog)
         if path.suffix.lower() not in _SUFFIXES or not _is_file(path):
@@ -119,6 +119,13 @@ async def _save_upload(
 
         snapshot = await run_in_threadpool(save)
         return snapshot, name, flag("keep_missing"), flag("skip_invalid")
+
+
+def _reason(loc: tuple[int | str, ...], msg: str) -> str:
+    """A validation error as "field: message", or the message alone for the whole body."""
+    if "recursion limit" in msg:
+        return NESTED_TOO_DEEP
+    return f"{'.'.join(map(str, loc))}: {msg}" if loc else msg
 
 
 def _is_file(path: Path) -> bool:
