@@ -346,7 +346,10 @@ def cmd_search(args: argparse.Namespace) -> int:
 def table(response: SearchResponse) -> str:
     """The ranking as `attend search` prints it: a header with what the API's response says of
     the whole query (matched, heads, match strength), then one line per result."""
-    heads = ",".join(f"{name}:{head.weight:.3g}" for name, head in response.heads.items())
+    heads = ",".join(
+        f"{name}:{head.weight:.3g}{' (abstained)' if getattr(head, 'abstained', False) else ''}"
+        for name, head in response.heads.items()
+    )
     lines = [
         f"{response.query!r}: {response.matched} of {response.catalog_size} books matched; "
         f"heads {heads}; match strength {response.match_strength:.2f}",
