@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
 
 logger = logging.getLogger(__name__)
@@ -21,15 +22,35 @@ class SchemaError(RuntimeError):
     """The database is not at the schema this code expects."""
 
 
+class DatabaseGoneError(RuntimeError):
+    """The SQLite file a connection was opened on is no longer at its path (deleted), or no
+    longer a SQLite database (truncated, overwritten)."""
+
+
 def create_db_engine(url: str) -> Engine:
     """An engine for `url`; SQLite gets foreign keys, WAL (readers never block on the indexer)
-    and a busy timeout (a writer waits for another instead of failing at once)."""
+    and a busy timeout (a writer waits for another instead of failing at once).
+
+    A pooled SQLite connection keeps the file it opened even once that file is deleted or
+    replaced (a re-created database), and SQLite would make a new empty file where one was
+    deleted: each checkout compares the file at the path with the connection's, so a replaced
+    file is reopened, and a deleted one (or one whose header is no longer SQLite's: truncated,
+    overwritten) raises `DatabaseGoneError`, never read from or written to unnoticed."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    file = Path(parsed.database) if parsed.database and parsed.database != ":memory:" else None
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"timeout": 30})
+    opened: list[bool] = []  # whether a connection ever found the file: then it must exist
+
+    if file is not None:
+
+        @event.listens_for(engine, "do_connect")
+        def _no_new_file(*_: Any) -> None:
+            if opened and not file.exists():  # sqlite3 would create an empty one
+                raise DatabaseGoneError(f"the SQLite database {file} is gone (deleted)")
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -38,8 +59,41 @@ def create_db_engine(url: str) -> Engine:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
+        if file is not None:
+            _record.info["attend_file"] = _file_identity(file)
+            opened.append(True)
+
+    if file is not None:
+
+        @event.listens_for(engine, "checkout")
+        def _same_file(_dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+            now, then = _file_identity(file), record.info.get("attend_file")
+            if now is None:
+                raise DatabaseGoneError(f"the SQLite database {file} is gone (deleted)")
+            if then is None or now[:2] != then[:2]:
+                logger.warning("the SQLite database %s was replaced: reconnecting", file)
+                raise exc.DisconnectionError(f"{file} was replaced")  # the pool reconnects
+            if then[2] and not now[2]:  # SQLite's page cache would hide it a while
+                raise DatabaseGoneError(
+                    f"the SQLite database {file} is no longer a database (truncated or overwritten)"
+                )
 
     return engine
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _file_identity(path: Path) -> tuple[int, int, bool] | None:
+    """(device, inode, whether it starts with SQLite's header) of the file at `path`, None if
+    there is none. A new database has no header until its first write."""
+    try:
+        with path.open("rb") as f:
+            st = os.fstat(f.fileno())
+            header = f.read(len(_SQLITE_HEADER))
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, header == _SQLITE_HEADER
 
 
 def _script_location() -> str:

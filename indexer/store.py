@@ -308,6 +308,16 @@ def count_books(*, session: Session, generation: int | None = None) -> int:
     return session.scalar(select(func.count()).select_from(Book).where(visible_at(generation))) or 0
 
 
+INDEX_ID_KEY = "index_id"  # written once by migration 0003, when the database is made
+
+
+def index_id(*, session: Session) -> str | None:
+    """The database's identity: a random id its creation wrote. Another id means another
+    database (dropped and re-created, a SQLite file replaced), whatever its generation ids."""
+    value = session.scalar(select(IndexMetadata.value).where(IndexMetadata.key == INDEX_ID_KEY))
+    return None if value is None else str(value)
+
+
 def get_metadata(*, session: Session) -> dict[str, Any]:
     return {m.key: m.value for m in session.scalars(select(IndexMetadata))}
 

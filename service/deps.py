@@ -21,6 +21,7 @@ from service.explainer import Explainer
 from service.jobs import ReindexJobs
 from service.metrics import Metrics
 from service.ranker import Ranker
+from service.reloader import GenerationWatcher
 from service.searcher import Searcher
 from service.settings import ServiceSettings
 
@@ -40,6 +41,12 @@ async def get_started_engine(request: Request) -> Engine | None:
     """The database engine, or None before the start-up has made it."""
     engine: Engine | None = getattr(request.app.state, "engine", None)
     return engine
+
+
+async def get_watcher(request: Request) -> GenerationWatcher | None:
+    """What follows the database's generations, or None (not started, or not followed)."""
+    watcher: GenerationWatcher | None = getattr(request.app.state, "watcher", None)
+    return watcher
 
 
 async def get_metrics(request: Request) -> Metrics:
@@ -93,6 +100,7 @@ RankerDep = Annotated[Ranker, Depends(get_ranker)]
 SessionDep = Annotated[Session, Depends(get_session)]
 LoadedSearcherDep = Annotated[Searcher | None, Depends(get_loaded_searcher)]
 StartedEngineDep = Annotated[Engine | None, Depends(get_started_engine)]
+WatcherDep = Annotated[GenerationWatcher | None, Depends(get_watcher)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 ExplainerDep = Annotated[Explainer, Depends(get_explainer)]
 SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]

@@ -10,6 +10,11 @@ a mix. Between switches no second copy of the keys is kept.
 The Ray Serve router (service/ray_serve.py) reuses the watcher with its hooks: `ready` (every
 shard holds the new generation), a full load (`incremental=False`: the router holds no keys to
 fold a diff into) and `on_swap` (the shards may drop the older generations).
+
+Generation ids are only comparable within one database: each poll also reads the database's
+identity (`store.index_id`, written at its creation). Another identity (a database dropped and
+re-created, a SQLite file replaced) means a full load of whatever it holds, an empty index
+included, whatever its generation ids say. `serving_problem` is what /readyz asks.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from indexer import store
+from indexer import db, store
+from indexer.schema import Generation
 from indexer.store import LoadedIndex
 from service.ranker import Ranker
 from service.searcher import Searcher
@@ -54,6 +61,14 @@ class GenerationWatcher:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failing = False  # the last poll failed (logged once per outage, not each poll)
+        # the identity of the database the served ranker was read from (just now, at start-up)
+        self.index_id: str | None = None
+        try:
+            with Session(engine) as session:
+                self.index_id = store.index_id(session=session)
+        except (SQLAlchemyError, db.DatabaseGoneError) as e:
+            logger.warning("could not read the index id at start: %s", e)
 
     @property
     def generation(self) -> int | None:
@@ -75,8 +90,32 @@ class GenerationWatcher:
         while not self._stop.wait(self.poll_s):
             try:
                 self.check()
-            except Exception:  # a database hiccup must not end the polling
+            except (SQLAlchemyError, db.DatabaseGoneError) as e:  # the database is down
+                if not self._failing:
+                    logger.warning("the database does not answer (%s); polling on", e)
+                self._failing = True
+            except Exception:  # a bug: every time, with its traceback; the polling goes on
                 logger.exception("checking for a new index generation failed")
+            else:
+                if self._failing:
+                    logger.info("the database answers again")
+                self._failing = False
+
+    def serving_problem(self) -> str | None:
+        """Why the served index is not the database's, or None: another database (its
+        identity), or a served generation the database no longer holds. A newer active
+        generation is no problem: the next check swaps to it."""
+        served = self.searcher.ranker.generation
+        with Session(self.engine) as session:
+            now = store.index_id(session=session)
+            if now != self.index_id:
+                return "the database was replaced (another index id): reloading"
+            if served is None:
+                return None
+            state = session.scalar(select(Generation.state).where(Generation.id == served))
+        if state is None:
+            return f"the database no longer holds generation {served}, the one served"
+        return None
 
     def check(self) -> bool:
         """Swap to the active generation if it is not the one served; True if it swapped."""
@@ -84,13 +123,27 @@ class GenerationWatcher:
             t0 = time.perf_counter()
             old = self.searcher.ranker
             with Session(self.engine) as session:
+                index_id = store.index_id(session=session)
                 g = store.active_generation_id(session=session)
-                if g is None or g == old.generation:
+                replaced = index_id != self.index_id
+                if not replaced and (g is None or g == old.generation):
                     return False
-                if self.ready is not None and not self.ready(g):
+                if g is not None and self.ready is not None and not self.ready(g):
                     logger.debug("generation %d is active but not ready to serve yet", g)
                     return False
-                if not self.incremental or old.generation is None or g < old.generation:
+                if replaced:
+                    logger.warning(
+                        "the database was replaced (index id %s, was %s): a full load",
+                        index_id,
+                        self.index_id,
+                    )
+                if (
+                    replaced
+                    or g is None
+                    or not self.incremental
+                    or old.generation is None
+                    or g < old.generation
+                ):
                     index = store.load_index(session=session, model=old.model, generation=g)
                     how = "full load"
                 else:
@@ -101,10 +154,11 @@ class GenerationWatcher:
                     how = f"diff: {len(diff.added)} rows in, {len(diff.removed)} out"
                 ranker = self.build(index, session)
             self.searcher.ranker = ranker  # atomic: a batch reads the attribute once
+            self.index_id = index_id
             if self.on_swap is not None:
                 self.on_swap(ranker)
             logger.info(
-                "serving generation %d (%d books; %s) after %.2f s",
+                "serving generation %s (%d books; %s) after %.2f s",
                 g,
                 len(index),
                 how,

@@ -198,7 +198,9 @@ def test_metadata_round_trip(engine: Engine) -> None:
     with Session(engine) as session, session.begin():
         store.set_metadata(session=session, values={"book_count": 3})
     with Session(engine) as session:
-        assert store.get_metadata(session=session) == {"model": "m", "dim": 384, "book_count": 3}
+        meta = store.get_metadata(session=session)
+        assert meta.pop(store.INDEX_ID_KEY) == store.index_id(session=session)  # migration 0003's
+        assert meta == {"model": "m", "dim": 384, "book_count": 3}
 
 
 def test_stored_bytes_are_little_endian_float32() -> None:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from indexer import store
 from service.deps import ExplainerDep, SessionDep
 from service.errors import BookNotFoundError
+from service.routes.books import database_answers
 from service.schemas_books import ExplainParams, ExplainResponse
 
 router = APIRouter(tags=["books"])
@@ -18,7 +19,10 @@ router = APIRouter(tags=["books"])
     "/books/{book_id:path}/explain",
     responses={
         404: {"description": "No book with this id."},
-        503: {"description": "The encoder gives no token embeddings."},
+        503: {
+            "description": "The encoder gives no token embeddings, or the database does not "
+            "answer or is not the index."
+        },
     },
 )
 def explain_book(
@@ -28,7 +32,8 @@ def explain_book(
     explainer: ExplainerDep,
 ) -> ExplainResponse:
     """Each query word's attention over the book's title and description words, with offsets."""
-    book = store.get_book(session=session, book_id=book_id)
+    with database_answers():
+        book = store.get_book(session=session, book_id=book_id)
     if book is None:
         raise BookNotFoundError(book_id)
     return explainer.explain(

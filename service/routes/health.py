@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
-from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.deps import LoadedSearcherDep, MetricsDep, RankerDep, StartedEngineDep
+from indexer import db
+from service.deps import LoadedSearcherDep, MetricsDep, RankerDep, StartedEngineDep, WatcherDep
 from service.errors import NotReadyError
 from service.metrics import CONTENT_TYPE
 from service.schemas import Health, Ready
@@ -28,19 +28,30 @@ def healthz(ranker: RankerDep) -> Health:
 
 @router.get(
     "/readyz",
-    responses={503: {"description": "Not ready: no keys loaded, or the database is unreachable."}},
+    responses={
+        503: {
+            "description": "Not ready: no keys loaded, the database unreachable or not an "
+            "Attend index at this schema, or not the database the keys were loaded from."
+        }
+    },
 )
-def readyz(searcher: LoadedSearcherDep, engine: StartedEngineDep) -> Ready:
-    """Ready to answer searches: the index's keys are loaded and the database answers."""
+def readyz(searcher: LoadedSearcherDep, engine: StartedEngineDep, watcher: WatcherDep) -> Ready:
+    """Ready to answer searches: the keys are loaded, and the database is the index they came
+    from (its schema, its identity, the generation served), not merely a server answering."""
     if searcher is None or engine is None:
         raise NotReadyError("the index is still loading")
     if len(searcher.ranker) == 0:
         raise NotReadyError("the index holds no books yet: run `attend index CATALOG` first")
     try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-    except SQLAlchemyError as e:
-        raise NotReadyError(f"the database does not answer ({type(e).__name__})") from e
+        revision, head = db.current_revision(engine), db.head_revision()
+        if revision != head:  # a truncated or foreign file has no (or another) schema
+            where = "has no Attend schema" if revision is None else f"is at revision {revision}"
+            raise NotReadyError(f"the database {where}, this service needs {head}")
+        problem = watcher.serving_problem() if watcher is not None else None
+    except (SQLAlchemyError, db.DatabaseGoneError) as e:
+        raise NotReadyError(f"the database does not answer ({type(e).__name__}: {e})") from e
+    if problem is not None:
+        raise NotReadyError(problem)
     return Ready(status="ready", catalog_size=len(searcher.ranker))
 
 
