@@ -253,3 +253,17 @@ def test_search_shows_heads_and_match_strength(
 
     assert main(["search", "x", "--heads", "nope:1"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "count"),
+    [
+        (["db", "current"], 0),
+        (["-v", "db", "current"], 1),
+        (["db", "current", "-v"], 1),
+        (["-vv", "search", "x"], 2),
+        (["search", "x", "-vv"], 2),
+    ],
+)
+def test_verbose_counts_before_or_after_the_command(argv: list[str], count: int) -> None:
+    assert build_parser().parse_args(argv).verbose == count
