@@ -294,7 +294,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from service import server
 
     apply_serve_threads(settings)
-    server.serve(create_app(settings), settings)  # uvicorn + h11 within bounds (service/server.py)
+    # an admin re-index (POST /admin/reindex) takes the writer's lock too
+    with _no_lock_file_left(settings.database_url):
+        server.serve(create_app(settings), settings)  # uvicorn + h11 within bounds (server.py)
     return 0
 
 
