@@ -63,16 +63,6 @@ class ExplanationUnavailableError(RuntimeError):
         super().__init__("this service's encoder gives no token embeddings to explain with")
 
 
-class KeysElsewhereError(RuntimeError):
-    """Similar books and recommendations need the keys in this process (501)."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "similar books and recommendations need the keys in this process; the sharded "
-            "engine (attend serve --engine ray) keeps them in its shards"
-        )
-
-
 NESTED_TOO_DEEP = (
     "the body's JSON is nested too deeply: more levels than the parser takes (about 1,000)"
 )
@@ -173,7 +163,6 @@ _STATUS: dict[type[Exception], int] = {
     JobNotFoundError: 404,
     JobRunningError: 409,
     BadCatalogRequestError: 422,
-    KeysElsewhereError: 501,
     IndexEmptyError: 503,
     ExplanationUnavailableError: 503,
     NotReadyError: 503,

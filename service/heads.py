@@ -1,7 +1,7 @@
 """The attention heads a search mixes, and their weights: `title:0.3,description:0.4,lexical:0.3`.
 
 Each head is a softmax over the catalog: `title` and `description` over that field's keys
-(logits scale · q·K_fieldᵀ), `lexical` over BM25 scores (logits lexical_scale · bm25). A search's
+(logits scale_h · q·K_fieldᵀ), `lexical` over BM25 scores (logits scale_lexical · bm25). A search's
 weights are the mixture Σ_h π_h · softmax_h, so a book's weight splits exactly into per-head
 shares π_h · p_h(book).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 
 DENSE_HEADS = ("title", "description")  # one per field of the index (indexer.pipeline.FIELDS)
 LEXICAL = "lexical"
@@ -70,3 +71,40 @@ def parse_heads(text: str) -> dict[str, float]:
 
 def format_heads(weights: dict[str, float]) -> str:
     return ",".join(f"{h}:{w:g}" for h, w in weights.items())
+
+
+HeadScales = dict[str, float]  # head → softmax scale (inverse temperature), every head of HEADS
+
+
+def parse_scales(text: str) -> HeadScales:
+    """`name:scale,…` → {name: scale} for every head of HEADS, each a finite number > 0.
+
+    Raises ValueError for an unknown, repeated or missing head, or a scale out of (0, 1000].
+    """
+    scales: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, value = part.strip().partition(":")
+        name = name.strip()
+        if not sep or name not in HEADS:
+            raise ValueError(f"scales: expected name:scale with a name of {', '.join(HEADS)}")
+        if name in scales:
+            raise ValueError(f"scales: head {name!r} is given twice")
+        try:
+            scale = float(value)
+        except ValueError:
+            raise ValueError(f"scales: {value.strip()!r} is not a number") from None
+        if not (0 < scale <= 1000):  # NaN fails too
+            raise ValueError(f"scales: head {name!r} needs a scale in (0, 1000], got {scale}")
+        scales[name] = scale
+    if missing := [h for h in HEADS if h not in scales]:
+        raise ValueError(f"scales: no scale for {', '.join(missing)}")
+    return {h: scales[h] for h in HEADS}
+
+
+@dataclass(frozen=True)
+class BookHeads:
+    """The heads of a query that is a book (similar books, recommendations): weights π and
+    scales."""
+
+    weights: dict[str, float]
+    scales: HeadScales

@@ -124,12 +124,11 @@ def build_searcher(
     return Searcher(
         encoder,
         ranker,
-        scale=settings.scale,
+        scales=settings.scales,
         window_ms=settings.batch_window_ms,
         max_batch=settings.max_batch,
         cache_size=settings.query_cache_size,
         heads=settings.default_heads,
-        lexical_scale=settings.lexical_scale,
     )
 
 

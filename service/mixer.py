@@ -2,9 +2,9 @@
 
 For query q (its embedding) and text t, with head weights π (rows summing to 1):
 
-    p_title       = softmax(scale · q K_titleᵀ)
-    p_description = softmax(scale · q K_descriptionᵀ)
-    p_lexical     = softmax(lexical_scale · bm25(t))   over the books with a query term
+    p_title       = softmax(scale_title · q K_titleᵀ)
+    p_description = softmax(scale_description · q K_descriptionᵀ)
+    p_lexical     = softmax(scale_lexical · bm25(t))   over the books with a query term
     weight        = Σ_h π_h p_h          a distribution over the books the filters keep
 
 Every head is exact over the whole catalog: `models.mixture.mix_topk` runs `attend` per dense
@@ -16,13 +16,14 @@ shards' answers merged exactly (service/sharded.py); the lexical head is compute
 
 A query with no term in the catalog's BM25 vocabulary among the kept books gives the lexical head
 no evidence: it abstains (its π goes to 0 and the others are renormalised) rather than spreading
-π_lexical uniformly over the catalog. A head with π = 0 in every row of a batch is not run.
+π_lexical uniformly over the catalog; the response lists it with weight 0 and `abstained`. A
+head with π = 0 in every row of a batch is not run.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +55,7 @@ class MixedRanking:
     hits: list[MixedHit]
     matched: int
     head_weights: dict[str, float]  # the π used (after an abstaining lexical head)
+    abstained: tuple[str, ...]  # heads asked for that had no evidence (π set to 0)
     entropy: float | None  # nats, of `weight` over every matched book (None: not computed)
     rounds: int  # candidate rounds the exact top-k needed (the batch's)
 
@@ -65,15 +67,14 @@ def rank_heads(
     *,
     k: int,
     heads: Sequence[dict[str, float]],
-    scale: float,
-    lexical_scale: float,
+    scales: Mapping[str, float],
     filters: Sequence[Filters] | None = None,
 ) -> list[MixedRanking]:
     """For each query (row of q (B, d), its text, its head weights and filters): the exact
     top k of the heads' mixture, with every hit's per-head breakdown."""
     B = q.shape[0]
     if len(ranker) == 0:
-        return [MixedRanking([], 0, dict(h), 0.0, 0) for h in heads]
+        return [MixedRanking([], 0, dict(h), (), 0.0, 0) for h in heads]
     filters = list(filters or [Filters()] * B)
     mask = ranker.batch_mask(filters)
     # HEADS order: the dense heads first, as mix_topk takes them
@@ -91,16 +92,16 @@ def rank_heads(
         # has BM25 0 by construction, not a likelihood, so it gets p_lexical = 0; a row with
         # no evidence at all keeps every book (uniform) in case lexical is all it asked for
         no_term = (scores <= 0) & evidence[:, None]
-        scored.append(ScoredHead(scores.masked_fill(no_term, -math.inf), lexical_scale))
+        scored.append(ScoredHead(scores.masked_fill(no_term, -math.inf), scales[LEXICAL]))
     total = pi.sum(-1, keepdim=True)
     pi = _restore_empty_rows(pi / total.clamp_min(1e-300), heads, names)
-    fields = [(name, scale) for name in names if name != LEXICAL]
+    fields = [(name, scales[name]) for name in names if name != LEXICAL]
     dense = ranker.dense_heads(q, fields, filters=filters, mask=mask)
     mix = mix_topk(dense, scored, pi, k=k, mask=mask, entropy=True)
     if RANK_FIELD in names:  # the description head's own scores, already exact
         desc = mix.scores[:, :, names.index(RANK_FIELD)]  # (B, k)
     else:
-        desc = _description_scores(ranker, q, mix.indices, scale=scale, filters=filters)
+        desc = description_scores(ranker, q, mix.indices, filters=filters)
     # plain lists once: indexing tensors element by element costs more than the search
     rows, weights, descs = mix.indices.tolist(), mix.weights.tolist(), desc.tolist()
     raw, probs, shares = mix.scores.tolist(), mix.probs.tolist(), mix.shares.tolist()
@@ -110,6 +111,7 @@ def rank_heads(
     out = []
     for b in range(B):
         used = {h: head_pi[b][j] for j, h in enumerate(names) if head_pi[b][j] > 0}
+        silent = tuple(h for h in names if h not in used and heads[b].get(h, 0) > 0)
         hits = []
         for r, row in enumerate(rows[b]):
             if row < 0:
@@ -124,7 +126,7 @@ def rank_heads(
                 if h in used
             }
             hits.append(MixedHit(row, descs[b][r], weights[b][r], parts))
-        out.append(MixedRanking(hits, int(matched[b]), used, entropy[b], mix.rounds))
+        out.append(MixedRanking(hits, int(matched[b]), used, silent, entropy[b], mix.rounds))
     return out
 
 
@@ -136,11 +138,11 @@ def _restore_empty_rows(pi: Tensor, heads: Sequence[dict[str, float]], names: li
     return torch.where(empty, asked, pi)
 
 
-def _description_scores(
-    ranker: Ranker, q: Tensor, rows: Tensor, *, scale: float, filters: Sequence[Filters]
+def description_scores(
+    ranker: Ranker, q: Tensor, rows: Tensor, *, filters: Sequence[Filters]
 ) -> Tensor:
     """q·k with each hit's description key (B, k) float32, from wherever the keys are (the
-    shards: one more round trip); −inf for padding."""
-    dense = ranker.dense_heads(q, [(RANK_FIELD, scale)], filters=filters, mask=None)
+    shards: one more round trip); −inf for padding. q: (B, d), or (1, B, d)."""
+    dense = ranker.dense_heads(q, [(RANK_FIELD, 1.0)], filters=filters, mask=None)
     s = dense.scores(rows)[:, :, 0].float()
     return torch.where(rows >= 0, s, -math.inf)

@@ -43,10 +43,11 @@ class Filters:
     year_min: int | None = None  # inclusive; books without a year are left out
     year_max: int | None = None
     language: str | None = None  # the catalog's language code, exactly
+    exclude: frozenset[str] = frozenset()  # ids left out (the books a similar query starts from)
 
     @property
     def active(self) -> bool:
-        return any(
+        return bool(self.exclude) or any(
             v is not None for v in (self.author, self.year_min, self.year_max, self.language)
         )
 
@@ -64,6 +65,16 @@ class Ranking:
     matched: int  # books the filters left in the softmax
 
 
+def per_head(q: Tensor, heads: int) -> Tensor:
+    """(Hd, B, d): a search's one query block q (B, d) for each of `heads` dense heads, or q
+    itself when it already has one block per head (books as queries: each head its own key)."""
+    if q.dim() == 3:
+        if q.shape[0] != heads:
+            raise ValueError(f"{q.shape[0]} query blocks for {heads} dense heads")
+        return q
+    return q.expand(heads, *q.shape)
+
+
 def lexical_index(
     index: LoadedIndex, descriptions: Sequence[str | None] | None = None
 ) -> LexicalIndex:
@@ -79,10 +90,6 @@ def lexical_index(
 
 class Ranker:
     """Exact attention over the whole catalog, loaded once at start-up."""
-
-    # Whether this process holds the keys: similar books and recommendations need them here; the
-    # sharded router (service/sharded.py) has its searches' dense heads answered by the shards.
-    holds_keys = True
 
     def __init__(
         self,
@@ -190,6 +197,9 @@ class Ranker:
         if filters.author is not None:
             name = filters.author.casefold()
             keep &= torch.tensor([name in a for a in self._author], dtype=torch.bool)
+        for book_id in filters.exclude:
+            if (row := self._rows.get(book_id)) is not None:
+                keep[row] = False
         return keep.to(self.device)
 
     def rank(
@@ -231,16 +241,25 @@ class Ranker:
         filters: Sequence[Filters],
         mask: Tensor | None,
     ) -> DenseHeads:
-        """A search's dense heads, (field, scale) each, for the queries q (B, d): over this
-        ranker's keys, masked by `mask` (`batch_mask(filters)`)."""
+        """A search's dense heads, (field, scale) each, for the queries q: (B, d) for every head,
+        or (Hd, B, d) one per head; over this ranker's keys, masked by `mask`
+        (`batch_mask(filters)`)."""
         del filters  # the mask says it here; the sharded router sends the filters instead
-        q = q.to(self.device)
+        qs = per_head(q.to(self.device), len(heads))
         return LocalDenseHeads(
-            [DenseHead(q, self.keys_by_field[field], scale) for field, scale in heads],
+            [
+                DenseHead(qs[h], self.keys_by_field[field], scale)
+                for h, (field, scale) in enumerate(heads)
+            ],
             size=len(self),
             mask=mask,
             chunk_size=self.chunk_size,
         )
+
+    def key_rows(self, rows: Sequence[int], fields: Sequence[str]) -> Tensor:
+        """(F, R, d) float32 on the CPU: each field's keys of the catalog rows `rows`."""
+        index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+        return torch.stack([self.keys_by_field[f][index].float().cpu() for f in fields])
 
     def batch_mask(self, filters: Sequence[Filters]) -> Tensor | None:
         """None without filters, (N,) when every row shares them, else (B, N)."""

@@ -156,6 +156,14 @@ class ShardDeployment:
             return None, list(self.held)
         return shard.scores(q, heads=heads, cand=cand), list(self.held)
 
+    async def keys(
+        self, generation: int, rows: Tensor, fields: list[str]
+    ) -> tuple[Tensor | None, list[int]]:
+        """The keys of the rows this shard holds (0 for the others): books as queries."""
+        if (shard := self._at(generation)) is None:
+            return None, list(self.held)
+        return shard.keys(rows, fields), list(self.held)
+
     async def sweep(
         self,
         generation: int,
@@ -213,6 +221,10 @@ class RayShard:
 
     def submit_scores(self, q: Tensor, *, heads: Fields, cand: Tensor) -> _Reply[Tensor]:
         response = self.handle.scores.remote(self.generation, q, list(heads), cand)
+        return self._reply(response, Tensor)
+
+    def submit_keys(self, rows: Tensor, *, fields: Sequence[str]) -> _Reply[Tensor]:
+        response = self.handle.keys.remote(self.generation, rows, list(fields))
         return self._reply(response, Tensor)
 
     def submit_sweep(

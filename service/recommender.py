@@ -1,27 +1,39 @@
-"""Books like a book, and books for a reader: attention with books as the queries.
+"""Books like a book, and books for a reader: attention with books as the queries, through the
+same heads as a search.
 
-similar(b): the book's own key is the query, over every other book's key (itself masked out).
+A book asks each head with what it has: its title key (the title head), its description key
+(the description head), and its title and authors as BM25 terms (the lexical head: a book's
+series and author are there). For liked books L and disliked books D, liked book l asks head h
 
-recommend(liked L, disliked D): each liked book l is a query, shifted away from the disliked:
+    q_{l,h} = k_{l,h} − λ · mean_{d ∈ D} k_{d,h}       a field head (λ = DISLIKE_STRENGTH)
+    s_l     = bm25(t_l) − λ · mean_{d ∈ D} bm25(t_d)  the lexical head, over the books with a
+                                                      term of t_l (BM25 is linear in the query)
+    weight(i) = Σ_l Σ_h (π_h / |L|) · softmax_h(scale_h · …)(i)  over the catalog less L and D
 
-    q_l = k_l − λ · mean_{d ∈ D} k_d          (λ = DISLIKE_STRENGTH; no shift without D)
-    p_l = softmax(scale · q_l Kᵀ)              over the catalog less L and D
-    weight(i) = (1/|L|) Σ_l p_l(i)             the attention book i receives from the liked set
+and `similar(b)` is the same with L = {b}. A liked book none of whose terms is in another book
+gets no lexical part (its π goes to its other heads). A result's shares π_{l,h} p_{l,h}(i) /
+weight(i) sum to 1 over (l, h): which liked book, through which head, gave it its weight.
 
-A candidate close to the disliked books loses scale·λ·(k̄_D·k_i) of logit in every liked query.
-weight is a mixture of the liked books' softmaxes, so (1/|L|) p_l(i) / weight(i) is the share of
-book i's weight that came from liked book l: the shares sum to 1. The exact top-k comes from
-`models.mixture.mixture_topk`, as for the search heads.
+The exact top-k is `models.mixture.mix_topk`'s, over the keys wherever they are: `ranker.key_rows`
+brings the liked books' keys and `ranker.dense_heads` attends with them, in this process or on
+the shards (service/sharded.py), as a search does.
 """
 
 from __future__ import annotations
 
-import torch
+import math
+from dataclasses import dataclass
 
-from models.heads import DenseHead, Head
-from models.mixture import mixture_topk
-from service.errors import BookNotFoundError, KeysElsewhereError
-from service.ranker import Ranker
+import torch
+from torch import Tensor
+
+from models.heads import ScoredHead
+from models.mixture import Mixture, mix_topk
+from service.errors import BookNotFoundError
+from service.heads import HEADS, LEXICAL, BookHeads
+from service.mixer import description_scores
+from service.ranker import RANK_FIELD, Filters, Ranker
+from service.schemas import HeadShare, head_info
 from service.schemas_books import (
     Because,
     RecommendHit,
@@ -35,8 +47,6 @@ DISLIKE_STRENGTH = 0.5
 
 def rows_of(ranker: Ranker, ids: list[str]) -> list[int]:
     """Catalog rows of `ids`, in order, duplicates dropped; 404 on the first unknown id."""
-    if not ranker.holds_keys:
-        raise KeysElsewhereError()
     rows = []
     for book_id in dict.fromkeys(ids):
         row = ranker.row_of(book_id)
@@ -46,56 +56,133 @@ def rows_of(ranker: Ranker, ids: list[str]) -> list[int]:
     return rows
 
 
-def similar(ranker: Ranker, book_id: str, *, k: int, scale: float) -> SimilarResponse:
-    (row,) = rows_of(ranker, [book_id])
-    keys = ranker.keys
-    mask = torch.ones(len(ranker), dtype=torch.bool, device=keys.device)
-    mask[row] = False
-    mix = mixture_topk(
-        [DenseHead(keys[row : row + 1].float(), keys, scale)],
-        torch.ones(1, 1),
-        k=k,
+def book_terms(ranker: Ranker, row: int) -> str:
+    """What a book asks the lexical head: its title and its authors."""
+    return " ".join([ranker.titles[row], *ranker.authors[row]])
+
+
+@dataclass(frozen=True)
+class BooksAttention:
+    """The top-k of the liked books' heads: component j is liked book `parts[j][0]` asking head
+    `parts[j][1]` (field heads first, as mix_topk orders them)."""
+
+    mix: Mixture  # (1, k) hits; shares, probs and scores (1, k, C) per component
+    parts: list[tuple[int, str]]
+    weights: dict[str, float]  # π_h used, summed over the liked books
+    abstained: tuple[str, ...]  # heads asked for that no liked book could use
+    filters: Filters
+
+
+def attend_books(
+    ranker: Ranker, liked: list[int], disliked: list[int], *, k: int, heads: BookHeads
+) -> BooksAttention:
+    """The exact top k of the mixture above, for catalog rows `liked` and `disliked`."""
+    asked = heads.weights
+    names = [h for h in HEADS if asked.get(h, 0) > 0]
+    fields = [h for h in names if h != LEXICAL]
+    L = len(liked)
+    filters = Filters(exclude=frozenset(ranker.ids[r] for r in liked + disliked))
+    mask = ranker.batch_mask([filters])  # (N,) the catalog less L and D
+    parts: list[tuple[int, str]] = []
+    qs: list[Tensor] = []
+    pi: list[float] = []
+    if fields:
+        keys = ranker.key_rows(liked + disliked, fields)  # (F, L + D, d)
+        q = keys[:, :L]  # (F, L, d)
+        if disliked:
+            q = q - DISLIKE_STRENGTH * keys[:, L:].mean(1, keepdim=True)
+        for b in range(L):
+            for f, field in enumerate(fields):
+                parts.append((b, field))
+                qs.append(q[f, b : b + 1])  # (1, d)
+                pi.append(asked[field] / L)
+    scored: list[ScoredHead] = []
+    if LEXICAL in names:
+        terms = [book_terms(ranker, r) for r in liked + disliked]
+        s = torch.from_numpy(ranker.lexical.scores(terms))  # (L + D, N)
+        kept = s[:L] if mask is None else s[:L] * mask.cpu()
+        evidence = (kept > 0).any(-1).tolist()  # (L,)
+        shifted = s[:L] - DISLIKE_STRENGTH * s[L:].mean(0) if disliked else s[:L]  # (L, N)
+        for b in range(L):
+            # as in a search: p_lexical = 0 for a book with none of the terms, unless no book
+            # has one (then the head is uniform, and weighs only if nothing else is asked)
+            no_term = (s[b] <= 0) & evidence[b]
+            logits = shifted[b : b + 1].masked_fill(no_term, -math.inf)  # (1, N)
+            scored.append(ScoredHead(logits, heads.scales[LEXICAL]))
+            parts.append((b, LEXICAL))
+            pi.append(asked[LEXICAL] / L if evidence[b] else 0.0)
+    if sum(pi) <= 0:  # only an abstaining lexical head was asked for: it stays, uniform
+        pi = [asked[h] / L for _, h in parts]
+    total = sum(pi)
+    p = torch.tensor([pi], dtype=torch.float64) / total  # (1, C)
+    dense = ranker.dense_heads(
+        torch.stack(qs) if qs else torch.empty(0, 1, ranker.dim),  # (Cd, 1, d)
+        [(field, heads.scales[field]) for _, field in parts[: len(qs)]],
+        filters=[filters],
         mask=mask,
-        chunk_size=ranker.chunk_size,
     )
-    results = [
-        SimilarHit(rank=r + 1, score=float(mix.scores[0, r, 0]), **_book(ranker, i, w))
-        for r, (i, w) in enumerate(
-            zip(mix.indices[0].tolist(), mix.weights[0].tolist(), strict=True)
-        )
-        if i >= 0
-    ]
+    mix = mix_topk(dense, scored, p, k=k, mask=mask)
+    used: dict[str, float] = {}
+    for (_, h), w in zip(parts, p[0].tolist(), strict=True):
+        if w > 0:
+            used[h] = used.get(h, 0.0) + w
+    return BooksAttention(mix, parts, used, tuple(h for h in names if h not in used), filters)
+
+
+def similar(ranker: Ranker, book_id: str, *, k: int, heads: BookHeads) -> SimilarResponse:
+    (row,) = rows_of(ranker, [book_id])
+    att = attend_books(ranker, [row], [], k=k, heads=heads)
+    mix = att.mix
+    rows = mix.indices[0].tolist()
+    if (0, RANK_FIELD) in att.parts:
+        desc = mix.scores[0, :, att.parts.index((0, RANK_FIELD))].tolist()
+    else:  # the description head was not asked: its scores for the hits, from the keys
+        q = ranker.key_rows([row], [RANK_FIELD])[0]  # (1, d)
+        desc = description_scores(ranker, q, mix.indices, filters=[att.filters])[0].tolist()
+    results = []
+    for r, (i, w) in enumerate(zip(rows, mix.weights[0].tolist(), strict=True)):
+        if i < 0:
+            continue
+        parts = {}
+        for j, (_, h) in enumerate(att.parts):
+            if h not in att.weights:
+                continue
+            raw = float(mix.scores[0, r, j])  # a lexical −inf: none of the terms, BM25 0
+            parts[h] = HeadShare(
+                score=max(0.0, raw) if h == LEXICAL else raw,
+                probability=float(mix.probs[0, r, j]),
+                share=float(mix.shares[0, r, j]),
+            )
+        results.append(SimilarHit(rank=r + 1, score=desc[r], heads=parts, **_book(ranker, i, w)))
     return SimilarResponse(
         id=book_id,
         title=ranker.titles[row],
-        scale=scale,
+        scale=heads.scales[RANK_FIELD],
+        heads=head_info(att.weights, att.abstained, heads.scales),
         matched=int(mix.matched[0]),
         results=results,
     )
 
 
 def recommend(
-    ranker: Ranker, liked: list[str], disliked: list[str], *, k: int, scale: float
+    ranker: Ranker, liked: list[str], disliked: list[str], *, k: int, heads: BookHeads
 ) -> RecommendResponse:
     liked_rows, disliked_rows = rows_of(ranker, liked), rows_of(ranker, disliked)
-    keys = ranker.keys
-    q = keys[liked_rows].float()  # (L, d)
-    if disliked_rows:
-        q = q - DISLIKE_STRENGTH * keys[disliked_rows].float().mean(0, keepdim=True)
-    mask = torch.ones(len(ranker), dtype=torch.bool, device=keys.device)
-    mask[liked_rows + disliked_rows] = False
-    heads: list[Head] = [DenseHead(q[j : j + 1], keys, scale) for j in range(len(liked_rows))]
-    pi = torch.full((1, len(heads)), 1.0 / len(heads), dtype=torch.float64)
-    mix = mixture_topk(heads, pi, k=k, mask=mask, chunk_size=ranker.chunk_size)
+    att = attend_books(ranker, liked_rows, disliked_rows, k=k, heads=heads)
+    mix = att.mix
     results = []
     for r, (i, w) in enumerate(zip(mix.indices[0].tolist(), mix.weights[0].tolist(), strict=True)):
         if i < 0:
             continue
-        shares = (mix.shares[0, r] / w).tolist() if w > 0 else [0.0] * len(heads)
+        shares = (mix.shares[0, r] / w).tolist() if w > 0 else [0.0] * len(att.parts)
+        by_book: list[dict[str, float]] = [{} for _ in liked_rows]
+        for (b, h), s in zip(att.parts, shares, strict=True):
+            if h in att.weights:
+                by_book[b][h] = by_book[b].get(h, 0.0) + s
         because = sorted(
             (
-                Because(id=ranker.ids[lr], title=ranker.titles[lr], share=s)
-                for lr, s in zip(liked_rows, shares, strict=True)
+                Because(id=ranker.ids[b], title=ranker.titles[b], share=sum(hs.values()), heads=hs)
+                for b, hs in zip(liked_rows, by_book, strict=True)
             ),
             key=lambda b: -b.share,
         )
@@ -103,7 +190,8 @@ def recommend(
     return RecommendResponse(
         liked=[ranker.ids[r] for r in liked_rows],
         disliked=[ranker.ids[r] for r in disliked_rows],
-        scale=scale,
+        scale=heads.scales[RANK_FIELD],
+        heads=head_info(att.weights, att.abstained, heads.scales),
         matched=int(mix.matched[0]),
         results=results,
     )

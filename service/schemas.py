@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Annotated, Any, Self
 
@@ -109,6 +110,20 @@ class HeadShare(BaseModel):
 class HeadInfo(BaseModel):
     weight: float = Field(description="π_h, the head's mixture weight (the heads' sum to 1).")
     scale: float = Field(description="The head's softmax scale: logits = scale · score.")
+    abstained: bool = Field(
+        False,
+        description="True for a lexical head asked for whose query has no term in the catalog "
+        "(among the books the filters keep): its weight is 0 and the others are renormalised.",
+    )
+
+
+def head_info(
+    weights: Mapping[str, float], abstained: Iterable[str], scales: Mapping[str, float]
+) -> dict[str, HeadInfo]:
+    """The `heads` of a response: the heads that weighed in, then those that abstained."""
+    info = {h: HeadInfo(weight=w, scale=scales[h]) for h, w in weights.items()}
+    info.update({h: HeadInfo(weight=0.0, scale=scales[h], abstained=True) for h in abstained})
+    return info
 
 
 class SearchHit(BaseModel):
@@ -135,11 +150,14 @@ class SearchHit(BaseModel):
 class SearchResponse(BaseModel):
     query: str
     model: str = Field(description="Encoder that embedded the query and the keys.")
-    scale: float = Field(description="Softmax scale (inverse temperature) of the field heads.")
+    scale: float = Field(
+        description="Softmax scale (inverse temperature) of the description head, whose q·k is "
+        "each result's `score`."
+    )
     heads: dict[str, HeadInfo] = Field(
         description="The heads mixed for this query, with their weights π and scales. A lexical "
-        "head asked for but with no query term in the catalog abstains: it is left out and the "
-        "others renormalised."
+        "head asked for but with no query term in the catalog abstains: it is listed with "
+        "weight 0 and `abstained: true`, and the others are renormalised."
     )
     entropy: float | None = Field(
         description="Entropy (nats) of the weight distribution over all `matched` books: "
@@ -152,8 +170,8 @@ class SearchResponse(BaseModel):
         "more than under a uniform distribution (1/matched), 1 when it has all the weight."
     )
     no_strong_match: bool = Field(
-        description="match_strength < 0.55: the top weight is close to uniform on a log scale "
-        "(under matched^-0.45), nothing stands out."
+        description="match_strength < 0.55 (the top weight is close to uniform on a log scale, "
+        "under matched^-0.45: nothing stands out), or no word of the query occurs in any book."
     )
     catalog_size: int = Field(description="Books in the index.")
     matched: int = Field(description="Books left by the filters: the softmax runs over these.")

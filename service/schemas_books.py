@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from service.schemas import MAX_K, Query
+from service.heads import HEADS, MAX_HEADS_CHARS, parse_heads
+from service.schemas import MAX_K, HeadInfo, HeadShare, Query
 
 MAX_LIKED = 100
 BookId = Annotated[str, Field(min_length=1, max_length=256)]
@@ -79,16 +80,35 @@ class ExplainResponse(BaseModel):
     )
 
 
-class SimilarParams(BaseModel):
+_HEADS_TEXT = (
+    f"Head weights, e.g. `title:0.2,description:0.2,lexical:0.6` (heads: {', '.join(HEADS)}; "
+    "the book's title key, its description key, and BM25 with its title and authors as the "
+    "query; weights ≥ 0, not all 0, normalised to sum 1). Default: the service's "
+    "ATTEND_SIMILAR_HEADS."
+)
+
+
+class _WithHeads(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    heads: str | None = Field(
+        None, min_length=1, max_length=MAX_HEADS_CHARS, description=_HEADS_TEXT
+    )
+
+    @field_validator("heads")
+    @classmethod
+    def _valid_heads(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_heads(value)
+        return value
+
+
+class SimilarParams(_WithHeads):
     k: int = Field(10, ge=1, le=MAX_K, description="How many books.")
 
 
-class RecommendRequest(BaseModel):
+class RecommendRequest(_WithHeads):
     """`POST /recommend`."""
-
-    model_config = ConfigDict(extra="forbid")
 
     liked: list[BookId] = Field(
         min_length=1, max_length=MAX_LIKED, description="Ids of liked books: each one a query."
@@ -112,13 +132,23 @@ class BookHit(BaseModel):
 
 
 class SimilarHit(BookHit):
-    score: float = Field(description="Cosine of this book's key with the given book's key.")
+    score: float = Field(
+        description="Cosine of this book's description key with the given book's."
+    )
+    heads: dict[str, HeadShare] = Field(
+        description="Per head with a weight: its score, the book's weight in that head alone, "
+        "and its share of `weight` (the shares sum to `weight`)."
+    )
 
 
 class SimilarResponse(BaseModel):
     id: str
     title: str
-    scale: float
+    scale: float = Field(description="Softmax scale of the description head.")
+    heads: dict[str, HeadInfo] = Field(
+        description="The heads mixed, with their weights π and scales (a lexical head whose "
+        "query has no term in another book abstains)."
+    )
     matched: int = Field(description="Candidates: the catalog less the book itself.")
     results: list[SimilarHit]
 
@@ -130,6 +160,10 @@ class Because(BaseModel):
         description="Fraction of the result's weight that came from this liked book's "
         "attention; a result's shares sum to 1."
     )
+    heads: dict[str, float] = Field(
+        description="`share` split by head: the fraction of the result's weight that came "
+        "from this liked book through each head (they sum to `share`)."
+    )
 
 
 class RecommendHit(BookHit):
@@ -139,6 +173,10 @@ class RecommendHit(BookHit):
 class RecommendResponse(BaseModel):
     liked: list[str]
     disliked: list[str]
-    scale: float
+    scale: float = Field(description="Softmax scale of the description head.")
+    heads: dict[str, HeadInfo] = Field(
+        description="The heads mixed for every liked book, with their weights π (each liked "
+        "book's heads weigh π_h / |liked|) and scales."
+    )
     matched: int = Field(description="Candidates: the catalog less the liked and disliked books.")
     results: list[RecommendHit]

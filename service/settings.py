@@ -8,7 +8,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from indexer.settings import CommonSettings
-from service.heads import parse_heads
+from service.heads import BookHeads, HeadScales, parse_heads, parse_scales
 
 
 class ServiceSettings(CommonSettings):
@@ -23,20 +23,33 @@ class ServiceSettings(CommonSettings):
         20.0,
         gt=0,
         le=1000,
-        description="Softmax scale (inverse temperature) for unit-length embeddings. 1/√d = 0.051 "
-        "makes every weight ≈ 1/N; 20 is the temperature 0.05 the model was trained with.",
+        description="Softmax scale (inverse temperature) of an explanation's attention over a "
+        "book's words (unit-length embeddings): 20 is the temperature 0.05 the model was "
+        "trained with.",
     )
     heads: str = Field(
-        "title:0.3,description:0.4,lexical:0.3",
+        "title:0.2,description:0.5,lexical:0.3",
         description="Default head weights of a search (name:weight, normalised to sum 1): the "
-        "title and description keys' heads and the BM25 lexical head. Chosen on "
-        "benchmarks/relevance.py's labelled queries.",
+        "title and description keys' heads and the BM25 lexical head. Chosen on the relevance "
+        "suite (python -m benchmarks.relevance), every kind of query at once.",
     )
-    lexical_scale: float = Field(
-        1.0,
-        gt=0,
-        le=100,
-        description="Softmax scale of the lexical head: logits = lexical_scale · BM25 score.",
+    head_scales: str = Field(
+        "title:19,description:25,lexical:1.1",
+        description="Each head's softmax scale (inverse temperature) in a search: logits = "
+        "scale · q·k for a field head, scale · BM25 for the lexical head. Calibrated so that "
+        "every head's softmax has the same mean entropy (4 nats) over the suite's queries.",
+    )
+    similar_heads: str = Field(
+        "title:0.025,description:0.025,lexical:0.95",
+        description="Default head weights of similar books and recommendations (a book as the "
+        "query: its title and description keys, and its title and authors for BM25). Chosen "
+        "on the suite's more-like-this queries.",
+    )
+    similar_head_scales: str = Field(
+        "title:19,description:25,lexical:0.3",
+        description="Each head's softmax scale with a book as the query, calibrated like "
+        "head_scales (a book's title and authors match far more BM25 terms than a typed query, "
+        "hence the lower lexical scale).",
     )
     key_dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
         "auto",
@@ -136,15 +149,31 @@ class ServiceSettings(CommonSettings):
         1, ge=1, le=1024, description="With the ray engine: replicas of every shard, for load."
     )
 
-    @field_validator("heads")
+    @field_validator("heads", "similar_heads")
     @classmethod
     def _valid_heads(cls, value: str) -> str:
         parse_heads(value)
         return value
 
+    @field_validator("head_scales", "similar_head_scales")
+    @classmethod
+    def _valid_scales(cls, value: str) -> str:
+        parse_scales(value)
+        return value
+
     @property
     def default_heads(self) -> dict[str, float]:
         return parse_heads(self.heads)
+
+    @property
+    def scales(self) -> HeadScales:
+        """A search's heads' scales."""
+        return parse_scales(self.head_scales)
+
+    @property
+    def similar(self) -> BookHeads:
+        """Similar books' and recommendations' default head weights and scales."""
+        return BookHeads(parse_heads(self.similar_heads), parse_scales(self.similar_head_scales))
 
     generation_poll_s: float = Field(
         2.0,

@@ -44,7 +44,7 @@ from models.sharded import (
     merge,
     split,
 )
-from service.ranker import RANK_FIELD, Filters, Ranker, lexical_index
+from service.ranker import RANK_FIELD, Filters, Ranker, lexical_index, per_head
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +68,8 @@ class ShardClient(Protocol):
     ) -> Reply[list[ShardAnswer]]: ...
 
     def submit_scores(self, q: Tensor, *, heads: Fields, cand: Tensor) -> Reply[Tensor]: ...
+
+    def submit_keys(self, rows: Tensor, *, fields: Sequence[str]) -> Reply[Tensor]: ...
 
     def submit_sweep(
         self,
@@ -156,10 +158,22 @@ class Shard:
         """The description head alone: this shard's top-k, log-sum-exp and matched count."""
         return self.top(q, heads=[(RANK_FIELD, scale)], k=k, filters=filters)[0]
 
+    def keys(self, rows: Tensor, fields: Sequence[str]) -> Tensor:
+        """(F, R, d) float32: the keys of the global `rows` this shard holds, 0 for others."""
+        out = torch.zeros(len(fields), len(rows), self.ranker.dim)
+        here = ((rows >= self.start) & (rows < self.stop)).nonzero(as_tuple=True)[0]
+        if len(here):
+            local = (rows[here] - self.start).tolist()
+            out[:, here] = self.ranker.key_rows(local, fields)
+        return out
+
     def _dense(self, q: Tensor, heads: Fields, *, mask: Tensor | None) -> LocalDenseHeads:
-        q = q.to(self.ranker.device)
+        qs = per_head(q.to(self.ranker.device), len(heads))
         return LocalDenseHeads(
-            [DenseHead(q, self.ranker.keys_by_field[field], scale) for field, scale in heads],
+            [
+                DenseHead(qs[h], self.ranker.keys_by_field[field], scale)
+                for h, (field, scale) in enumerate(heads)
+            ],
             size=len(self.ranker),
             mask=mask,
             chunk_size=self.ranker.chunk_size,
@@ -187,6 +201,9 @@ class LocalShard:
 
     def submit_scores(self, q: Tensor, *, heads: Fields, cand: Tensor) -> Future[Tensor]:
         return _done(self.shard.scores(q, heads=heads, cand=cand))
+
+    def submit_keys(self, rows: Tensor, *, fields: Sequence[str]) -> Future[Tensor]:
+        return _done(self.shard.keys(rows, fields))
 
     def submit_sweep(
         self,
@@ -246,8 +263,6 @@ class ShardedRanker(Ranker):
     columns and BM25 index, without their keys, which the shards hold. A search asks every shard
     at once and merges the answers (module docstring)."""
 
-    holds_keys = False  # similar books and recommendations answer 501 (service/recommender.py)
-
     def __init__(
         self,
         index: LoadedIndex,
@@ -297,6 +312,13 @@ class ShardedRanker(Ranker):
             scales=[scale for _, scale in heads],
             size=len(self),
         )
+
+    def key_rows(self, rows: Sequence[int], fields: Sequence[str]) -> Tensor:
+        """(F, R, d) float32: the keys of `rows`, from the shards that hold them (each row is in
+        one shard, and the others answer 0 for it)."""
+        index = torch.tensor(list(rows), dtype=torch.long)
+        replies = [s.submit_keys(index, fields=list(fields)) for s in self.shards]
+        return torch.stack([r.result() for r in replies]).sum(0)
 
     def attend(self, q: Tensor, *, k: int, scale: float, filters: Sequence[Filters]) -> Attention:
         q = q.cpu()

@@ -123,3 +123,92 @@ def test_the_page_is_served(client: TestClient) -> None:
     assert client.get("/static/style.css").status_code == 200
     assert client.get("/static/nope.js").status_code == 404
     assert client.get("/static/..%2Fmain.py").status_code == 404
+
+
+SERIES = [
+    {
+        "id": "mort",
+        "title": "Mort (Discworld  #4)",
+        "authors": ["Terry Pratchett"],
+        "description": "death takes an apprentice",
+    },
+    {
+        "id": "gods",
+        "title": "Small Gods (Discworld  #13)",
+        "authors": ["Terry Pratchett"],
+        "description": "a tortoise god and his last believer",
+    },
+    {
+        "id": "omens",
+        "title": "Good Omens",
+        "authors": ["Terry Pratchett", "Neil Gaiman"],
+        "description": "an angel and a demon avert the apocalypse",
+    },
+    {
+        "id": "reaper",
+        "title": "The Reaper",
+        "authors": ["Someone Else"],
+        "description": "death takes an apprentice and a holiday",
+    },
+    {
+        "id": "tortoise",
+        "title": "Tortoise Tales",
+        "authors": ["Another Writer"],
+        "description": "a tortoise god and a believer",
+    },
+]
+
+
+@pytest.fixture
+def series(engine: Engine, tmp_path: Path) -> Iterator[TestClient]:
+    with serve_books(engine, tmp_path, SERIES) as c:
+        yield c
+
+
+def test_similar_finds_the_series_then_the_author(series: TestClient) -> None:
+    """Under the default heads a series book's first similar book is its series mate and the
+    author's other book comes next, above books whose descriptions say the same words."""
+    body = series.get("/books/mort/similar", params={"k": 4}).json()
+    ids = [h["id"] for h in body["results"]]
+    assert ids[:2] == ["gods", "omens"], ids
+    assert set(body["heads"]) == {"title", "description", "lexical"}
+    for hit in body["results"]:
+        assert math.isclose(sum(h["share"] for h in hit["heads"].values()), hit["weight"])
+    # the description head alone ranks by the description: the other book about death first
+    alone = series.get("/books/mort/similar", params={"k": 4, "heads": "description:1"}).json()
+    assert alone["results"][0]["id"] == "reaper"
+    assert set(alone["heads"]) == {"description"} and alone["heads"]["description"]["weight"] == 1
+
+
+def test_recommend_says_which_book_and_head_each_share_came_from(series: TestClient) -> None:
+    r = series.post(
+        "/recommend", json={"liked": ["mort", "tortoise"], "k": 3, "heads": "title:1,lexical:1"}
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert set(body["heads"]) == {"title", "lexical"}
+    assert math.isclose(sum(h["weight"] for h in body["heads"].values()), 1.0)
+    for hit in body["results"]:
+        assert math.isclose(sum(b["share"] for b in hit["because"]), 1.0, rel_tol=1e-9)
+        for because in hit["because"]:
+            assert set(because["heads"]) <= {"title", "lexical"}
+            assert math.isclose(sum(because["heads"].values()), because["share"], abs_tol=1e-12)
+    by_id = {h["id"]: h for h in body["results"]}
+    assert by_id["gods"]["because"][0]["id"] == "mort"  # the series mate: from Mort
+
+
+@pytest.mark.parametrize("heads", ["nope:1", "title:0", "title:x", "title:-1"])
+def test_similar_and_recommend_refuse_bad_heads(series: TestClient, heads: str) -> None:
+    r = series.get("/books/mort/similar", params={"heads": heads})
+    assert r.status_code == 422 and "heads" in r.text
+    r = series.post("/recommend", json={"liked": ["mort"], "heads": heads})
+    assert r.status_code == 422 and "heads" in r.text
+
+
+def test_a_book_with_no_word_in_another_gets_no_lexical_part(series: TestClient) -> None:
+    body = series.get("/books/omens/similar", params={"heads": "description:1,lexical:1"}).json()
+    assert not body["heads"]["lexical"]["abstained"]  # "Pratchett" is in two other books
+    lonely = series.get("/books/reaper/similar", params={"heads": "title:1,lexical:1"}).json()
+    # "reaper", "someone", "else": in no other book's title, authors or description
+    assert lonely["heads"]["lexical"] == {"weight": 0.0, "scale": 0.3, "abstained": True}
+    assert lonely["heads"]["title"]["weight"] == 1.0

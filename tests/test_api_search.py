@@ -85,7 +85,8 @@ def test_search_ranks_with_weights(client: TestClient) -> None:
     r = client.get("/search", params={"q": "generative models", "k": 7, "heads": "description:1"})
     assert r.status_code == 200
     body = r.json()
-    assert body["query"] == "generative models" and body["scale"] == 20.0
+    assert body["query"] == "generative models"
+    assert body["scale"] == body["heads"]["description"]["scale"] == 25.0  # ATTEND_HEAD_SCALES
     assert body["catalog_size"] == 7 and body["matched"] == 7 and body["model"] == FakeEncoder.name
     hits = body["results"]
     assert [h["rank"] for h in hits] == list(range(1, 8))
@@ -267,7 +268,8 @@ def test_heads_breakdown_sums_to_the_weight(client: TestClient) -> None:
     body = r.json()
     assert set(body["heads"]) == {"title", "description", "lexical"}  # the defaults
     assert math.isclose(sum(h["weight"] for h in body["heads"].values()), 1.0, rel_tol=1e-9)
-    assert body["heads"]["lexical"]["scale"] == 1.0 and body["heads"]["title"]["scale"] == 20.0
+    scales = {name: head["scale"] for name, head in body["heads"].items()}
+    assert scales == {"title": 19.0, "description": 25.0, "lexical": 1.1}  # the defaults
     assert body["results"][0]["id"] == "hp"
     for hit in body["results"]:
         shares = [h["share"] for h in hit["heads"].values()]
@@ -286,18 +288,25 @@ def test_head_weights_are_normalised_and_lexical_abstains_without_evidence(
 ) -> None:
     body = client.get("/search", params={"q": "wizard", "heads": "title:1,lexical:3"}).json()
     assert body["heads"] == {
-        "title": {"weight": 0.25, "scale": 20.0},
-        "lexical": {"weight": 0.75, "scale": 1.0},
+        "title": {"weight": 0.25, "scale": 19.0, "abstained": False},
+        "lexical": {"weight": 0.75, "scale": 1.1, "abstained": False},
     }
-    # no query word is in the catalog: the lexical head has no evidence and abstains
+    assert body["no_strong_match"] is False
+    # no query word is in the catalog: the lexical head has no evidence and abstains, and says so
     body = client.get("/search", params={"q": "zzyzx", "heads": "title:1,lexical:3"}).json()
-    assert body["heads"] == {"title": {"weight": 1.0, "scale": 20.0}}
+    assert body["heads"] == {
+        "title": {"weight": 1.0, "scale": 19.0, "abstained": False},
+        "lexical": {"weight": 0.0, "scale": 1.1, "abstained": True},
+    }
+    assert body["no_strong_match"] is True  # no word of it in any book, whatever the strength
     # asked for alone, it stays, and is uniform: nothing stands out
     body = client.get("/search", params={"q": "zzyzx", "heads": "lexical:1", "k": 7}).json()
     assert body["no_strong_match"] is True
     assert math.isclose(body["entropy"], math.log(7), rel_tol=1e-6)
     posted = client.post("/search", json={"queries": ["wizard"], "heads": "description:2"})
-    assert posted.json()["responses"][0]["heads"] == {"description": {"weight": 1.0, "scale": 20.0}}
+    assert posted.json()["responses"][0]["heads"] == {
+        "description": {"weight": 1.0, "scale": 25.0, "abstained": False}
+    }
 
 
 @pytest.mark.parametrize(

@@ -147,7 +147,28 @@ def test_sharded_service_answers_like_one_process(served: tuple[str, str]) -> No
         assert health["status"] == "ok" and health["catalog_size"] == 180
         book = ray.get("/books/generative-deep-learning-foster")
         assert book.status_code == 200 and book.json()["title"] == "Generative Deep Learning"
-        assert ray.post("/recommend", json={"liked": ["x"]}).status_code == 501
+        # books as the queries: their keys come from the shards, the answers are one process's
+        for path, params in (
+            ("/books/generative-deep-learning-foster/similar", {"k": 5}),
+            ("/books/the-hobbit-tolkien/similar", {"k": 5, "heads": "title:1,description:1"}),
+        ):
+            want, got = local.get(path, params=params), ray.get(path, params=params)
+            assert got.status_code == 200, got.text
+            assert [h["id"] for h in got.json()["results"]] == [
+                h["id"] for h in want.json()["results"]
+            ]
+            for g, w in zip(got.json()["results"], want.json()["results"], strict=True):
+                assert g["weight"] == pytest.approx(w["weight"], rel=1e-6)
+        liked = {
+            "liked": ["the-hobbit-tolkien", "dune-herbert"],
+            "disliked": ["pride-and-prejudice-austen"],
+        }
+        want, got = local.post("/recommend", json=liked), ray.post("/recommend", json=liked)
+        assert got.status_code == 200, got.text
+        assert [(h["id"], [b["id"] for b in h["because"]]) for h in got.json()["results"]] == [
+            (h["id"], [b["id"] for b in h["because"]]) for h in want.json()["results"]
+        ]
+        assert ray.post("/recommend", json={"liked": ["x"]}).status_code == 404
         bad = ray.get("/search?q=&k=0")
         assert bad.status_code == 422 and "detail" in bad.json()
 

@@ -20,11 +20,13 @@ from models.attention import Attention, attend
 from models.encoder import SentenceTransformerEncoder
 from models.heads import ScoredHead
 from models.sharded import ShardAnswer, SparseScores, attend_shard, merge, split
-from service.heads import parse_heads
+from service import recommender
+from service.heads import BookHeads, parse_heads
 from service.mixer import MixedHit, MixedRanking, rank_heads
 from service.ranker import RANK_FIELD, Filters, Ranker
 from service.schemas import SearchOptions, SearchResponse
 from service.searcher import Searcher
+from service.settings import ServiceSettings
 from service.sharded import LocalShard, Shard, ShardedRanker
 
 pytestmark = pytest.mark.model
@@ -32,6 +34,7 @@ QUERIES = ["generative AI", "the history of Rome", "a picture book about a bear"
 # plus an author's name (the lexical head's strength) and words in no book (it abstains)
 SEARCHES = [*QUERIES, "Kleppmann", "qwertyuiop asdfghjkl"]
 SCALE = 20.0
+SCALES = {"title": SCALE, "description": SCALE, "lexical": 1.0}
 DEFAULT_HEADS = parse_heads("title:0.3,description:0.4,lexical:0.3")
 
 
@@ -221,7 +224,7 @@ def test_sparse_scores_rebuild_a_shards_slice() -> None:
 
 
 def _searcher(encoder: SentenceTransformerEncoder, ranker: Ranker) -> Searcher:
-    return Searcher(encoder, ranker, scale=SCALE, heads=DEFAULT_HEADS, lexical_scale=1.0)
+    return Searcher(encoder, ranker, scales=SCALES, heads=DEFAULT_HEADS)
 
 
 def _sharded_ranker(
@@ -291,7 +294,7 @@ def test_sharded_search_answers_like_one_process(
         _close(g.model_dump(), w.model_dump())
     assert any(r.results for r in want)
     if heads is None and not filters:  # the lexical head answers, or abstains without a word
-        assert "lexical" in want[4].heads and "lexical" not in want[5].heads
+        assert not want[4].heads["lexical"].abstained and want[5].heads["lexical"].abstained
 
 
 def _hit(hit: MixedHit) -> dict[str, Any]:
@@ -331,7 +334,7 @@ def test_sharded_rank_heads_with_heads_and_filters_per_query(
         Filters(year_max=2015),
         Filters(),
     ]
-    args: dict[str, Any] = {"k": 20, "heads": heads, "scale": SCALE, "lexical_scale": 1.0}
+    args: dict[str, Any] = {"k": 20, "heads": heads, "scales": SCALES}
     want = rank_heads(single, q, SEARCHES, filters=filters, **args)
     got = rank_heads(sharded, q, SEARCHES, filters=filters, **args)
     _same_rankings(got, want)
@@ -376,9 +379,42 @@ def test_sharded_threshold_rounds_give_the_single_answer(shards: int) -> None:
     texts = ["book", "author 3", "nothing here"]
     heads = [parse_heads("title:0.5,description:0.5")] * 2 + [parse_heads("title:1")]
     filters = [Filters(), Filters(year_min=2000), Filters(author="author 3")]
-    args: dict[str, Any] = {"k": 5, "heads": heads, "scale": SCALE, "lexical_scale": 1.0}
+    args: dict[str, Any] = {"k": 5, "heads": heads, "scales": SCALES}
     want = rank_heads(single, q, texts, filters=filters, **args)
     got = rank_heads(router, q, texts, filters=filters, **args)
     assert want[0].rounds > 1
     assert {h.row for h in want[0].hits[:2]} == {500, 1500}
     _same_rankings(got, want)
+
+
+BOOK_HEADS = [
+    None,  # the service's default (ATTEND_SIMILAR_HEADS)
+    "title:1",
+    "description:1",
+    "lexical:1",
+    "title:0.3,description:0.3,lexical:0.4",
+]
+
+
+@pytest.mark.parametrize("heads", BOOK_HEADS)
+def test_sharded_similar_and_recommend_answer_like_one_process(
+    single: Ranker, sharded: ShardedRanker, heads: str | None
+) -> None:
+    """Books as the queries: the liked books' keys come from the shards that hold them, and the
+    sharded answer is the single process's, hit for hit and share for share."""
+    default = ServiceSettings().similar
+    book_heads = BookHeads(parse_heads(heads), default.scales) if heads else default
+    ids = single.ids
+    for book_id in (ids[0], ids[len(ids) // 2], ids[-1]):  # rows in every shard
+        want = recommender.similar(single, book_id, k=8, heads=book_heads)
+        got = recommender.similar(sharded, book_id, k=8, heads=book_heads)
+        assert [h.id for h in got.results] == [h.id for h in want.results]
+        _close(got.model_dump(), want.model_dump())
+    liked, disliked = [ids[1], ids[-2], ids[len(ids) // 3]], [ids[len(ids) // 2 + 1]]
+    want_r = recommender.recommend(single, liked, disliked, k=8, heads=book_heads)
+    got_r = recommender.recommend(sharded, liked, disliked, k=8, heads=book_heads)
+    assert [h.id for h in got_r.results] == [h.id for h in want_r.results]
+    _close(got_r.model_dump(), want_r.model_dump())
+    for hit in want_r.results:
+        assert math.isclose(sum(b.share for b in hit.because), 1.0, rel_tol=1e-9)
+        assert {hit.id}.isdisjoint(liked + disliked)

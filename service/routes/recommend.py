@@ -8,18 +8,25 @@ from fastapi import APIRouter, Query
 
 from service import recommender
 from service.deps import RankerDep, SettingsDep
+from service.heads import BookHeads, parse_heads
 from service.schemas_books import (
     RecommendRequest,
     RecommendResponse,
     SimilarParams,
     SimilarResponse,
 )
+from service.settings import ServiceSettings
 
 router = APIRouter(tags=["recommendations"])
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"description": "An id is not in the index."},
-    501: {"description": "The sharded engine keeps the keys in its shards."},
 }
+
+
+def _heads(settings: ServiceSettings, heads: str | None) -> BookHeads:
+    """The request's head weights (default: ATTEND_SIMILAR_HEADS) with the service's scales."""
+    default = settings.similar
+    return BookHeads(parse_heads(heads), default.scales) if heads else default
 
 
 @router.get("/books/{book_id:path}/similar", responses=_NOT_FOUND)
@@ -29,14 +36,17 @@ def similar_books(
     ranker: RankerDep,
     settings: SettingsDep,
 ) -> SimilarResponse:
-    """The books whose keys attend most to this book's key (the book itself left out)."""
-    return recommender.similar(ranker, book_id, k=params.k, scale=settings.scale)
+    """The books this book's heads attend to most (the book itself left out): its title and
+    description keys, and BM25 with its title and authors, mixed as a search's heads are."""
+    heads = _heads(settings, params.heads)
+    return recommender.similar(ranker, book_id, k=params.k, heads=heads)
 
 
 @router.post("/recommend", responses=_NOT_FOUND)
 def recommend(
     body: RecommendRequest, ranker: RankerDep, settings: SettingsDep
 ) -> RecommendResponse:
-    """Books ranked by the attention they receive from the liked books; each result says how
-    much of its weight came from each liked book."""
-    return recommender.recommend(ranker, body.liked, body.disliked, k=body.k, scale=settings.scale)
+    """Books ranked by the attention they receive from the liked books' heads; each result says
+    how much of its weight came from each liked book, and through which head."""
+    heads = _heads(settings, body.heads)
+    return recommender.recommend(ranker, body.liked, body.disliked, k=body.k, heads=heads)
