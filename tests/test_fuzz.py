@@ -11,17 +11,28 @@ operation, derandomized generation, no example database.
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import schemathesis
 from fastapi import FastAPI
-from hypothesis import HealthCheck, Phase, settings
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from schemathesis.python import asgi
+from sqlalchemy import Engine
 from starlette.routing import Route
 
-from conftest import FakeEncoder, index_demo_catalog
+from conftest import BACKENDS, FakeEncoder, index_demo_catalog, new_database
+from indexer import db, pipeline
+from indexer.catalog import MAX_DEPTH
+from indexer.settings import IndexSettings
 from service.main import create_app
 from service.settings import ServiceSettings
 
@@ -114,3 +125,193 @@ def _route_paths(app: FastAPI) -> set[str]:
     except ImportError:  # older FastAPI copied included routes into app.routes
         return {r.path for r in app.routes if isinstance(r, Route)}
     return {str(c.path_format) for c in iter_route_contexts(app.routes) if c.path_format}
+
+
+# --- the catalog reader -------------------------------------------------------------------
+# Hypothesis writes catalogs (JSONL objects with values of every JSON kind, lone surrogates,
+# NUL, NaN, huge integers and deep nesting among them; CSV cells of any text) and indexes each
+# with --skip-invalid into one real database per backend, as successive generations. Every row
+# is then either rejected with its file and line, or stored and served by GET /books/{id} as
+# the catalog said it. Bounded: a few rows a catalog, a fixed number of catalogs.
+
+CATALOG_EXAMPLES = 60
+# No shrinking: a failure shows the catalog as generated, and the run stays bounded in time.
+CATALOG_FUZZ = settings(
+    max_examples=CATALOG_EXAMPLES,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
+_ANY_TEXT = st.text(alphabet=st.characters(exclude_categories=()), max_size=12)  # surrogates too
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | _ANY_TEXT
+    | st.sampled_from(["", " padded ", "Dune", "ümlaut \U0001f409", "\x00", "9" * 30])
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ANY_TEXT, inner, max_size=3),
+    max_leaves=6,
+)
+
+
+_WORDS = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=["Cc", "Cs"]), max_size=12
+)
+
+
+def _mostly(
+    good: st.SearchStrategy[object], bad: st.SearchStrategy[object]
+) -> st.SearchStrategy[object]:
+    """Mostly `good`, sometimes `bad` (Hypothesis favours the smallest draw, here 0: good),
+    so most rows get past the first check to the later ones."""
+    return st.integers(min_value=0, max_value=5).flatmap(lambda n: bad if n == 5 else good)
+
+
+@st.composite
+def _jsonl_row(draw: st.DrawFn) -> str:
+    """One line: usually an object with the known fields (each valid or not) and metadata of
+    every JSON kind, sometimes broken JSON, another kind of JSON, or nesting past the limit."""
+    kind = draw(st.sampled_from(["row"] * 7 + ["deep", "text", "value"]))  # "row" simplest
+    if kind == "text":
+        return draw(st.text(alphabet=st.characters(codec="utf-8"), max_size=20))
+    if kind == "value":
+        return json.dumps(draw(_VALUES))
+    row: dict[str, object] = {
+        "id": draw(_mostly(_WORDS.map(lambda t: f"k{t}"), _SCALARS)),
+        "title": draw(_mostly(_WORDS.map(lambda t: f"T{t}"), _SCALARS)),
+    }
+    optional = {
+        "description": _mostly(_WORDS, _VALUES),
+        "authors": _mostly(st.lists(_WORDS, max_size=2), _VALUES),
+        "year": _mostly(st.integers(min_value=-(2**32), max_value=2**32), _SCALARS),
+        "language": _mostly(st.text(max_size=70), _SCALARS),
+        "meta": _VALUES,
+        "more": _VALUES,
+    }
+    for name, values in optional.items():
+        if draw(st.booleans()):
+            row[name] = draw(values)
+    text = json.dumps(row, allow_nan=True, ensure_ascii=draw(st.booleans()))
+    if kind == "deep":
+        levels = draw(st.sampled_from([MAX_DEPTH - 2, MAX_DEPTH, 300, 1200]))
+        text = text[:-1] + ', "deep": ' + "[" * levels + "]" * levels + "}"
+    return text
+
+
+@pytest.fixture(scope="module")
+def catalog_service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Engine, TestClient]]:
+    """A database per backend (the module's demo one would be changed), served with polling
+    off: the test asks the watcher to swap after each run."""
+    folder = tmp_path_factory.mktemp("catalog-fuzz")
+    with new_database(request.param, folder) as url:
+        engine = db.create_db_engine(url)
+        db.upgrade(engine)
+        service = ServiceSettings(database_url=url, device="cpu", generation_poll_s=0)
+        try:
+            with TestClient(create_app(service, encoder=FakeEncoder())) as client:
+                yield engine, client
+        finally:
+            engine.dispose()
+
+
+def _index_and_check(
+    engine: Engine, client: TestClient, path: Path, expected: dict[int, dict[str, object]]
+) -> None:
+    """Index `path` (--skip-invalid); each line of `expected` (line → the row's fields) is
+    rejected with `path:line`, or served with those fields."""
+    url = engine.url.render_as_string(hide_password=False)
+    report = pipeline.run(
+        IndexSettings(database_url=url),
+        engine=engine,
+        encoder=FakeEncoder(),
+        path=path,
+        skip_invalid=True,
+    )
+    client.app.state.watcher.check()  # type: ignore[attr-defined]
+    rejected = {r.line: r for r in report.rejected}
+    for r in report.rejected:
+        assert r.path == str(path) and str(r).startswith(f"{path}:{r.line}: ") and r.reason
+    # a CSV reader that cannot go on (a bare CR outside quotes) says so at the line it stopped
+    stop = min((r.line for r in report.rejected if "reading stopped here" in r.reason), default=0)
+    for line, row in expected.items():
+        if line in rejected or (stop and line >= stop):
+            continue
+        book_id = str(row["id"]).strip()
+        got = client.get(f"/books/{quote(book_id, safe='')}")
+        assert got.status_code == 200, (line, row, got.text)
+        body = got.json()
+        assert body["id"] == book_id
+        assert body["title"] == str(row["title"]).strip()
+        known = {"id", "title", "description", "authors", "year", "language"}
+        assert body["metadata"] == {k: v for k, v in row.items() if k not in known}
+        if isinstance(row.get("year"), int):
+            assert body["year"] == row["year"]
+    if not stop:
+        assert report.books == len(expected) - len(set(expected) & set(rejected))
+
+
+@pytest.mark.parametrize("catalog_service", BACKENDS, indirect=True)
+@CATALOG_FUZZ
+@given(lines=st.lists(_jsonl_row(), min_size=1, max_size=5))
+def test_every_jsonl_row_is_rejected_with_its_line_or_served(
+    catalog_service: tuple[Engine, TestClient],
+    tmp_path_factory: pytest.TempPathFactory,
+    lines: list[str],
+) -> None:
+    engine, client = catalog_service
+    path = tmp_path_factory.mktemp("jsonl") / "books.jsonl"
+    text = "\n".join(line.replace("\n", " ").replace("\r", " ") for line in lines) + "\n"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    expected = {}
+    for n, line in enumerate(text.split("\n")[:-1], start=1):
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            continue  # the reader must reject it: not in `expected`, checked by the count
+        if isinstance(row, dict) and {"id", "title"} <= set(row):
+            expected[n] = row
+    _index_and_check(engine, client, path, expected)
+
+
+_CELL = st.one_of(
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=12),
+    st.sampled_from(["", " x ", "1999", "-5", "9" * 30, "a;b", 'q"uote', "new\nline", "\x00"]),
+)
+
+
+@pytest.mark.parametrize("catalog_service", BACKENDS, indirect=True)
+@CATALOG_FUZZ
+@given(
+    rows=st.lists(
+        st.tuples(_CELL.map(lambda t: f"k{t}"), _CELL, _CELL, _CELL), min_size=1, max_size=5
+    )
+)
+def test_every_csv_row_is_rejected_with_its_line_or_served(
+    catalog_service: tuple[Engine, TestClient],
+    tmp_path_factory: pytest.TempPathFactory,
+    rows: list[tuple[str, str, str, str]],
+) -> None:
+    engine, client = catalog_service
+    path = tmp_path_factory.mktemp("csv") / "books.csv"
+    out = io.StringIO(newline="")
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["id", "title", "year", "shelf"])
+    expected: dict[int, dict[str, object]] = {}
+    for cells in rows:
+        line = out.getvalue().count("\n") + 1
+        writer.writerow(cells)
+        if cells[1].strip():  # a row without a title is rejected (or blank: skipped)
+            row: dict[str, object] = {"id": cells[0], "title": cells[1]}
+            if cells[3].strip():
+                row["shelf"] = cells[3].strip()
+            expected[line] = row
+    path.write_text(out.getvalue(), encoding="utf-8")
+    _index_and_check(engine, client, path, expected)
