@@ -1,7 +1,7 @@
 """The lexical head: BM25 (bm25s) over each book's title, authors and description.
 
 A sentence embedding blurs exact names ("Tolkien", "PyTorch", "Harry Potter"); BM25 matches them.
-Its scores become a head of the attention like any other: logits = lexical_scale · bm25, a
+Its scores become a head of the attention like any other: logits = scale_lexical · bm25, a
 softmax over the catalog. BM25's term weight is a log-odds (the Robertson/Spärck Jones weight),
 so exp(bm25) is already a likelihood ratio and a scale near 1 keeps that meaning.
 
