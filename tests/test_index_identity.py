@@ -203,3 +203,33 @@ def test_a_generation_the_database_no_longer_holds_is_not_ready(
             conn.execute(text("DELETE FROM generations"))
         r = client.get("/readyz")
         assert r.status_code == 503 and "generation 1" in r.json()["detail"]
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not PG_URL, reason="ATTEND_TEST_POSTGRES_URL is not set")
+def test_a_dropped_postgresql_database_answers_503_with_a_message(tmp_path: Path) -> None:
+    """The database gone under the service: the request paths that read it say so (503),
+    where they answered 500; searches still answer from the keys in memory."""
+    from conftest import new_database
+
+    with new_database("postgresql", tmp_path) as url:
+        engine = db.create_db_engine(url)
+        try:
+            db.upgrade(engine)
+            index_books(engine, tmp_path, OLD)
+        finally:
+            engine.dispose()
+        with _serve(url) as client:
+            assert client.get("/books/kept").status_code == 200
+            admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")  # type: ignore[arg-type]
+            try:
+                with admin.connect() as conn:
+                    name = db.create_db_engine(url).url.database
+                    conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+            finally:
+                admin.dispose()
+            for route in ("/readyz", "/books/kept", "/books/kept/explain?q=castle"):
+                r = client.get(route)
+                assert r.status_code == 503, (route, r.text)
+                assert "database" in r.json()["detail"]
+            assert "kept" in _ids(client, "stone castles")  # from the keys in memory
