@@ -233,3 +233,38 @@ def test_a_dropped_postgresql_database_answers_503_with_a_message(tmp_path: Path
                 assert r.status_code == 503, (route, r.text)
                 assert "database" in r.json()["detail"]
             assert "kept" in _ids(client, "stone castles")  # from the keys in memory
+
+
+def test_a_database_down_is_logged_once_per_outage_without_a_traceback(
+    engine: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The watcher polled on, logging a full traceback every poll while the database was down
+    (a SQLite file deleted, a PostgreSQL database dropped)."""
+    import logging
+    import time
+
+    from service.reloader import GenerationWatcher
+
+    url = index_books(engine, tmp_path, OLD)
+    with _serve(url) as client:
+        searcher = client.app.state.searcher  # type: ignore[attr-defined]
+        watcher = GenerationWatcher(
+            engine=engine, searcher=searcher, build=lambda *_: searcher.ranker, poll_s=0.02
+        )
+        if engine.dialect.name == "sqlite":
+            _remove_sqlite(_sqlite_file(engine))
+        else:
+            assert PG_URL
+            admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+            try:
+                with admin.connect() as conn:
+                    conn.execute(text(f'DROP DATABASE "{engine.url.database}" WITH (FORCE)'))
+            finally:
+                admin.dispose()
+        with caplog.at_level(logging.INFO, logger="service.reloader"):
+            watcher.start()
+            time.sleep(0.5)  # about 25 polls
+            watcher.close()
+    records = [r for r in caplog.records if r.name == "service.reloader"]
+    assert [r.levelname for r in records] == ["WARNING"], records
+    assert "does not answer" in records[0].getMessage() and records[0].exc_info is None
