@@ -177,10 +177,16 @@ class LocalDenseHeads:
         local = cand - self.offset
         inside = (local >= 0) & (local < self.size)  # (B, C)
         safe = torch.where(inside, local, 0)
+        # heads over the same keys (a recommendation's liked books) gather them once
+        groups: dict[int, list[int]] = {}
         for h, head in enumerate(self.heads):
-            kc = head.keys[safe.to(head.keys.device)].float()  # (B, C, d)
-            s = torch.bmm(kc, head.q.to(kc.device).float()[:, :, None])[:, :, 0]  # (B, C) fp32
-            out[:, :, h] = torch.where(inside, s.double().cpu(), 0.0)
+            groups.setdefault(id(head.keys), []).append(h)
+        for members in groups.values():
+            keys = self.heads[members[0]].keys
+            kc = keys[safe.to(keys.device)].float()  # (B, C, d)
+            q = torch.stack([self.heads[h].q for h in members], dim=-1)  # (B, d, G)
+            s = torch.bmm(kc, q.to(kc.device).float())  # (B, C, G) fp32
+            out[:, :, members] = torch.where(inside[:, :, None], s.double().cpu(), 0.0)
         return out
 
     def sweep(
