@@ -129,6 +129,7 @@ def build_searcher(
         max_batch=settings.max_batch,
         cache_size=settings.query_cache_size,
         heads=settings.default_heads,
+        batch_budget_ms=settings.batch_budget_ms,
     )
 
 

@@ -5,7 +5,10 @@ Requests that queue up while a batch is being answered form the next batch; once
 idle service never waits. A batch takes the waiting requests' queries in turn, one each per
 round, up to `max_batch`: a request of 64 queries is answered over several batches beside the
 others, so it cannot make a single query wait behind it (twenty of them once kept one GET
-waiting 19 s in arrival order), and batches stay full. One worker thread encodes the batch's
+waiting 19 s in arrival order), and batches stay full. Small requests go first in each round,
+and while they are about, a batch that holds part of a big request is cut to `batch_budget_ms`
+of worker time (by the measured cost per query): a query that arrives during a batch waits for
+it, so the batch's length bounds that wait. One worker thread encodes the batch's
 new query texts (repeated ones come from an LRU cache), runs `attend` once for all of them with a
 (B, N) mask built from each request's filters, and hands every request its own page. One
 worker also means torch work never competes with itself for the cores.
@@ -41,6 +44,9 @@ logger = logging.getLogger(__name__)
 # alone does not separate them (nonsense reaches 0.71: a sentence embedding always finds a
 # nearest book), the vocabulary does.
 NO_STRONG_MATCH_BELOW = 0.55
+
+SMALL_REQUEST = 4  # queries: a request this small is interactive, and goes first in a batch
+SMALL_SEEN_S = 1.0  # small requests count as about this long after the last one arrived
 
 
 def match_strength(top_weight: float, matched: int) -> float:
@@ -113,6 +119,7 @@ class Searcher:
         max_batch: int = 64,
         cache_size: int = 4096,
         heads: dict[str, float] | None = None,
+        batch_budget_ms: float = 50.0,
     ):
         self.encoder = encoder
         self.ranker = ranker
@@ -124,6 +131,9 @@ class Searcher:
         self.batch_sizes: deque[int] = deque(maxlen=1000)  # queries per attention call
         self.on_batch: Callable[[int], None] | None = None  # told each batch's size (metrics)
         self._waiting: deque[_Job] = deque()  # jobs with queries not yet in a batch, in turn
+        self.batch_budget_s = batch_budget_ms / 1000  # 0: batches sized by max_batch alone
+        self._cost: float | None = None  # seconds per query of recent batches (EWMA)
+        self._small_seen = -math.inf  # when the last small request arrived (monotonic)
         self._changed = threading.Condition()  # a job arrived, or close() was called
         self._stopping = False
         self._worker: threading.Thread | None = None
@@ -148,6 +158,8 @@ class Searcher:
         job = _Job(queries, options)
         with self._changed:
             self._waiting.append(job)
+            if len(queries) <= SMALL_REQUEST:
+                self._small_seen = time.monotonic()
             self._changed.notify()
         return await asyncio.wrap_future(job.future)
 
@@ -161,13 +173,34 @@ class Searcher:
         while (batch := self._collect(wait=busy)) is not None:
             busy = len(batch) > 1 or bool(self._waiting)
             try:
-                for piece, responses in zip(batch, self._answer(batch), strict=True):
+                t0 = time.perf_counter()
+                answers = self._answer(batch)
+                self._measure(time.perf_counter() - t0, sum(len(p.queries) for p in batch))
+                for piece, responses in zip(batch, answers, strict=True):
                     job = piece.job
                     job.responses.extend(responses)
                     if len(job.responses) == len(job.queries) and not job.future.done():
                         job.future.set_result(job.responses)  # done: cancelled (client gone)
             except Exception as e:  # every request in the batch gets the error, none hangs
                 self._fail({id(piece.job): piece.job for piece in batch}.values(), e)
+
+    def _measure(self, seconds: float, queries: int) -> None:
+        """Fold a batch's time into the running cost per query (an EWMA). Per query, not per
+        batch: the size it gives, budget / cost, settles where a batch takes the budget, since
+        a smaller batch's fixed cost raises its cost per query."""
+        cost = seconds / max(queries, 1)
+        self._cost = cost if self._cost is None else 0.8 * self._cost + 0.2 * cost
+
+    def _limit(self) -> int:
+        """Most queries in the next batch: `max_batch`, or while small requests are about and
+        a big one waits too, what fits `batch_budget_s` at the measured cost (at least 1)."""
+        if self.batch_budget_s <= 0 or self._cost is None:
+            return self.max_batch
+        if time.monotonic() - self._small_seen > SMALL_SEEN_S:
+            return self.max_batch
+        if all(len(job.queries) - job.taken <= SMALL_REQUEST for job in self._waiting):
+            return self.max_batch  # small requests only: a full batch serves them best
+        return max(1, min(self.max_batch, int(self.batch_budget_s / self._cost)))
 
     def _fail(self, jobs: Iterable[_Job], error: Exception) -> None:
         failed = {id(job) for job in jobs}
@@ -196,16 +229,20 @@ class Searcher:
         return sum(len(job.queries) - job.taken for job in self._waiting)
 
     def _take(self) -> list[_Slice]:
-        """Up to `max_batch` queries from the waiting jobs, one from each in turn; a job with
-        queries left over goes to the back of the line. Called under the lock."""
+        """Up to `_limit()` queries from the waiting jobs, one from each in turn, small
+        requests first; a job with queries left over goes to the back of the line. Called
+        under the lock."""
         self._waiting = deque(job for job in self._waiting if not job.future.cancelled())
+        limit = self._limit()
+        # the smallest requests first in each round (a stable sort: in turn among equals)
+        turn = sorted(self._waiting, key=lambda job: len(job.queries) - job.taken > SMALL_REQUEST)
         counts: dict[int, int] = {}
         order: list[_Job] = []
         size, progressed = 0, True
-        while size < self.max_batch and progressed:
+        while size < limit and progressed:
             progressed = False
-            for job in self._waiting:
-                if size == self.max_batch:
+            for job in turn:
+                if size == limit:
                     break
                 if job.taken + counts.get(id(job), 0) < len(job.queries):
                     if id(job) not in counts:

@@ -80,6 +80,15 @@ class ServiceSettings(CommonSettings):
         "and attention call; a lone search on an idle service never waits.",
     )
     max_batch: int = Field(64, ge=1, le=4096, description="Most queries in one batch.")
+    batch_budget_ms: float = Field(
+        50.0,
+        ge=0,
+        le=60_000,
+        description="While small requests (≤ 4 queries) are about, a batch holding part of a "
+        "bigger request is cut to about this much worker time (at the measured cost per "
+        "query), since a query arriving during a batch waits for it; 0: batches sized by "
+        "ATTEND_MAX_BATCH alone (service/searcher.py).",
+    )
     query_cache_size: int = Field(
         4096, ge=1, description="Query embeddings kept (LRU): a repeated query skips the encoder."
     )

@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import math
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from sqlalchemy import Engine
 from conftest import FakeEncoder, index_books
 from service.main import build_searcher
 from service.schemas import SearchOptions, SearchResponse
-from service.searcher import Searcher
+from service.searcher import SMALL_SEEN_S, Searcher
 from service.settings import ServiceSettings
 
 BOOKS: list[dict[str, object]] = [
@@ -42,6 +43,7 @@ def searcher(engine: Engine, tmp_path: Path) -> Iterator[Searcher]:
     url = index_books(engine, tmp_path, BOOKS, RandomEncoder())
     settings = ServiceSettings(database_url=url, device="cpu", batch_window_ms=2, max_batch=64)
     s = build_searcher(settings, engine=engine, encoder=RandomEncoder())
+    s.batch_budget_s = 0  # turns alone here; the budget has its own test below
     s.start()
     yield s
     s.close()
@@ -82,3 +84,49 @@ def test_a_single_query_is_not_kept_behind_big_batches(searcher: Searcher) -> No
         assert [h.weight for h in response.results] == pytest.approx(
             [h.weight for h in alone.results], rel=1e-5
         )
+
+
+class SlowEncoder(RandomEncoder):
+    """1 ms a text: a batch's cost grows with its size, as the real encoder's does."""
+
+    def encode(self, texts: list[str]) -> torch.Tensor:
+        time.sleep(0.001 * len(texts))
+        return super().encode(texts)
+
+
+def test_while_small_requests_are_about_a_batch_keeps_to_the_budget(
+    engine: Engine, tmp_path: Path
+) -> None:
+    url = index_books(engine, tmp_path, BOOKS, RandomEncoder())
+    settings = ServiceSettings(database_url=url, device="cpu", batch_window_ms=2, max_batch=64)
+    s = build_searcher(settings, engine=engine, encoder=SlowEncoder())
+    s.batch_budget_s = 0.016  # 16 ms: at ≥ 1 ms a query, at most 16 queries a batch
+    s.start()
+    try:
+
+        async def load(singles: int) -> list[str]:
+            finished: list[str] = []
+
+            async def one(name: str, queries: list[str]) -> None:
+                await s.search(queries, SearchOptions(k=3))
+                finished.append(name)
+
+            await asyncio.gather(
+                *(one(f"big{r}", [f"tale {r} {i}" for i in range(BIG)]) for r in range(3)),
+                *(one(f"single{i}", [f"a story {i}"]) for i in range(singles)),
+            )
+            return finished
+
+        finished = asyncio.run(load(singles=4))
+        mixed = list(s.batch_sizes)
+        assert sum(mixed) == 3 * BIG + 4
+        # the first batch has no measured cost yet; from then on each keeps to the budget
+        assert max(mixed[1:]) <= 16, mixed
+        assert all(name.startswith("single") for name in finished[:4]), finished
+
+        time.sleep(SMALL_SEEN_S + 0.2)  # no small request about any more
+        s.batch_sizes.clear()
+        asyncio.run(load(singles=0))
+        assert list(s.batch_sizes) == [64, 64, 64]  # big requests alone: full batches
+    finally:
+        s.close()
