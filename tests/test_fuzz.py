@@ -37,7 +37,14 @@ from service.main import create_app
 from service.settings import ServiceSettings
 
 EXAMPLES_PER_OPERATION = 60
-FRAMEWORK_ROUTES = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+# FastAPI's docs, and the offline docs' static assets (fastapi-offline): not API operations
+FRAMEWORK_ROUTES = {
+    "/openapi.json",
+    "/docs",
+    "/docs/oauth2-redirect",
+    "/redoc",
+    "/static-offline-docs/{path}",
+}
 ADMIN_TOKEN = "fuzz-admin-token-0123456789abcdef"
 # Every request carries the admin token, so the admin operations are fuzzed past their auth
 # (tests/test_admin.py covers 401 and 403); the other operations ignore it.
