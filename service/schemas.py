@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Annotated, Any, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from service.heads import HEADS, MAX_HEADS_CHARS, parse_heads
 
@@ -36,6 +36,17 @@ Query = Annotated[
 ]
 
 
+def _parsed_heads(value: str) -> str:
+    parse_heads(value)  # ValueError: a 422 naming the problem
+    return value
+
+
+# `name:weight,…`, checked by parse_heads (a request's `heads`)
+HeadWeights = Annotated[
+    str, Field(min_length=1, max_length=MAX_HEADS_CHARS), AfterValidator(_parsed_heads)
+]
+
+
 class SearchOptions(BaseModel):
     """Paging and filters. Filters are the attention mask: the softmax runs over matching books."""
 
@@ -59,21 +70,12 @@ class SearchOptions(BaseModel):
         max_length=64,
         description="Keep books in this language code (as in the catalog).",
     )
-    heads: str | None = Field(
+    heads: HeadWeights | None = Field(
         None,
-        min_length=1,
-        max_length=MAX_HEADS_CHARS,
-        description=f"Head weights, e.g. `title:0.3,description:0.4,lexical:0.3` (heads: "
+        description=f"Head weights, e.g. `title:0.2,description:0.5,lexical:0.3` (heads: "
         f"{', '.join(HEADS)}; weights ≥ 0, not all 0, normalised to sum 1; a head left out "
         "gets 0). Default: the service's ATTEND_HEADS.",
     )
-
-    @field_validator("heads")
-    @classmethod
-    def _valid_heads(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_heads(value)
-        return value
 
     @model_validator(mode="after")
     def _years_in_order(self) -> Self:

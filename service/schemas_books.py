@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from service.heads import HEADS, MAX_HEADS_CHARS, parse_heads
-from service.schemas import MAX_K, HeadInfo, HeadShare, Query
+from service.heads import HEADS
+from service.schemas import MAX_K, HeadInfo, HeadShare, HeadWeights, Query
 
 MAX_LIKED = 100
 BookId = Annotated[str, Field(min_length=1, max_length=256)]
@@ -91,16 +91,7 @@ _HEADS_TEXT = (
 class _WithHeads(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    heads: str | None = Field(
-        None, min_length=1, max_length=MAX_HEADS_CHARS, description=_HEADS_TEXT
-    )
-
-    @field_validator("heads")
-    @classmethod
-    def _valid_heads(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_heads(value)
-        return value
+    heads: HeadWeights | None = Field(None, description=_HEADS_TEXT)
 
 
 class SimilarParams(_WithHeads):
@@ -132,9 +123,7 @@ class BookHit(BaseModel):
 
 
 class SimilarHit(BookHit):
-    score: float = Field(
-        description="Cosine of this book's description key with the given book's."
-    )
+    score: float = Field(description="Cosine of this book's description key with the given book's.")
     heads: dict[str, HeadShare] = Field(
         description="Per head with a weight: its score, the book's weight in that head alone, "
         "and its share of `weight` (the shares sum to `weight`)."
