@@ -32,24 +32,12 @@ def parse_heads(text: str) -> dict[str, float]:
     if len(text) > MAX_HEADS_CHARS:
         raise ValueError(f"heads is longer than {MAX_HEADS_CHARS} characters")
     weights: dict[str, float] = {}
-    for part in text.split(","):
-        name, sep, value = part.strip().partition(":")
-        name = name.strip()
-        if not sep:
-            raise ValueError(f"expected name:weight, got {part.strip()!r}")
-        if name not in HEADS:
-            raise ValueError(f"unknown head {name!r}: the heads are {', '.join(HEADS)}")
-        if name in weights:
-            raise ValueError(f"head {name!r} is given twice")
-        try:
-            w = float(value)
-        except ValueError:
-            raise ValueError(f"head {name!r}: weight {value.strip()!r} is not a number") from None
+    for name, (w, written) in _per_head(text, "weight").items():
         if not math.isfinite(w) or w < 0:
             raise ValueError(f"head {name!r}: weight must be a finite number ≥ 0, got {w}")
         if 0 < w < sys.float_info.min:  # subnormal: a few bits of precision, ratios all wrong
             raise ValueError(
-                f"head {name!r}: weight {value.strip()} is too small to compute with (under "
+                f"head {name!r}: weight {written} is too small to compute with (under "
                 f"{sys.float_info.min:.1e}); weights are relative, so scale them all up"
             )
         weights[name] = w
@@ -69,6 +57,26 @@ def parse_heads(text: str) -> dict[str, float]:
     return {h: relative[h] / total for h in HEADS if relative.get(h, 0) > 0}
 
 
+def _per_head(text: str, what: str) -> dict[str, tuple[float, str]]:
+    """`name:value,…` → {head: (value, as written)}. ValueError for a part without a colon, an
+    unknown or repeated head, or a value that is not a number."""
+    out: dict[str, tuple[float, str]] = {}
+    for part in text.split(","):
+        name, sep, value = part.strip().partition(":")
+        name = name.strip()
+        if not sep:
+            raise ValueError(f"expected name:{what}, got {part.strip()!r}")
+        if name not in HEADS:
+            raise ValueError(f"unknown head {name!r}: the heads are {', '.join(HEADS)}")
+        if name in out:
+            raise ValueError(f"head {name!r} is given twice")
+        try:
+            out[name] = (float(value), value.strip())
+        except ValueError:
+            raise ValueError(f"head {name!r}: {what} {value.strip()!r} is not a number") from None
+    return out
+
+
 def format_heads(weights: dict[str, float]) -> str:
     return ",".join(f"{h}:{w:g}" for h, w in weights.items())
 
@@ -77,27 +85,17 @@ HeadScales = dict[str, float]  # head → softmax scale (inverse temperature), e
 
 
 def parse_scales(text: str) -> HeadScales:
-    """`name:scale,…` → {name: scale} for every head of HEADS, each a finite number > 0.
+    """`name:scale,…` → {name: scale} for every head of HEADS (ATTEND_HEAD_SCALES).
 
     Raises ValueError for an unknown, repeated or missing head, or a scale out of (0, 1000].
     """
     scales: dict[str, float] = {}
-    for part in text.split(","):
-        name, sep, value = part.strip().partition(":")
-        name = name.strip()
-        if not sep or name not in HEADS:
-            raise ValueError(f"scales: expected name:scale with a name of {', '.join(HEADS)}")
-        if name in scales:
-            raise ValueError(f"scales: head {name!r} is given twice")
-        try:
-            scale = float(value)
-        except ValueError:
-            raise ValueError(f"scales: {value.strip()!r} is not a number") from None
+    for name, (scale, _) in _per_head(text, "scale").items():
         if not (0 < scale <= 1000):  # NaN fails too
-            raise ValueError(f"scales: head {name!r} needs a scale in (0, 1000], got {scale}")
+            raise ValueError(f"head {name!r}: scale must be in (0, 1000], got {scale}")
         scales[name] = scale
     if missing := [h for h in HEADS if h not in scales]:
-        raise ValueError(f"scales: no scale for {', '.join(missing)}")
+        raise ValueError(f"no scale for {', '.join(missing)}")
     return {h: scales[h] for h in HEADS}
 
 
