@@ -53,6 +53,11 @@ def test_defaults_are_safe(workdir: Path) -> None:
         ("ATTEND_MAX_BODY_BYTES", "lots"),
         ("ATTEND_CORS_ORIGINS", "https://not-a-json-list.example"),
         ("ATTEND_LOG_JSON", "perhaps"),
+        ("ATTEND_HEADS", "title:0"),
+        ("ATTEND_SIMILAR_HEADS", "author:1"),
+        ("ATTEND_HEAD_SCALES", "title:19,description:25"),  # every head needs its scale
+        ("ATTEND_HEAD_SCALES", "title:0,description:25,lexical:1"),
+        ("ATTEND_SIMILAR_HEAD_SCALES", "title:19,description:nan,lexical:1"),
     ],
 )
 def test_a_bad_value_fails_loudly(
@@ -61,6 +66,17 @@ def test_a_bad_value_fails_loudly(
     monkeypatch.setenv(name, value)
     with pytest.raises((ValidationError, ValueError)):
         ServiceSettings()
+
+
+def test_head_scales_reach_the_search_and_similar(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ATTEND_HEAD_SCALES", "lexical:2,title:10,description:30")
+    monkeypatch.setenv("ATTEND_SIMILAR_HEADS", "title:1,lexical:3")
+    settings = ServiceSettings()
+    assert settings.scales == {"title": 10.0, "description": 30.0, "lexical": 2.0}
+    assert settings.similar.weights == {"title": 0.25, "lexical": 0.75}
+    assert settings.similar.scales == {"title": 19.0, "description": 25.0, "lexical": 0.3}
 
 
 def test_serve_gives_torch_one_thread_beside_the_onnx_encoder_on_the_cpu(
