@@ -47,6 +47,10 @@ NO_STRONG_MATCH_BELOW = 0.55
 
 SMALL_REQUEST = 4  # queries: a request this small is interactive, and goes first in a batch
 SMALL_SEEN_S = 1.0  # small requests count as about this long after the last one arrived
+# Fewest queries in a batch the budget cuts: where a batch's fixed cost alone passes the budget
+# (a loaded machine), budget / cost per query would shrink batches to 1 and throughput with them;
+# 8 queries cost 4.2 ms each here against 3.7 in batches of 64.
+BUDGET_FLOOR = 8
 
 
 def match_strength(top_weight: float, matched: int) -> float:
@@ -134,6 +138,7 @@ class Searcher:
         self.batch_budget_s = batch_budget_ms / 1000  # 0: batches sized by max_batch alone
         self._cost: float | None = None  # seconds per query of recent batches (EWMA)
         self._small_seen = -math.inf  # when the last small request arrived (monotonic)
+        self.small_seen_s = SMALL_SEEN_S
         self._changed = threading.Condition()  # a job arrived, or close() was called
         self._stopping = False
         self._worker: threading.Thread | None = None
@@ -193,14 +198,16 @@ class Searcher:
 
     def _limit(self) -> int:
         """Most queries in the next batch: `max_batch`, or while small requests are about and
-        a big one waits too, what fits `batch_budget_s` at the measured cost (at least 1)."""
+        a big one waits too, what fits `batch_budget_s` at the measured cost (at least
+        BUDGET_FLOOR)."""
         if self.batch_budget_s <= 0 or self._cost is None:
             return self.max_batch
-        if time.monotonic() - self._small_seen > SMALL_SEEN_S:
+        if time.monotonic() - self._small_seen > self.small_seen_s:
             return self.max_batch
         if all(len(job.queries) - job.taken <= SMALL_REQUEST for job in self._waiting):
             return self.max_batch  # small requests only: a full batch serves them best
-        return max(1, min(self.max_batch, int(self.batch_budget_s / self._cost)))
+        fits = int(self.batch_budget_s / self._cost)
+        return min(self.max_batch, max(BUDGET_FLOOR, fits))
 
     def _fail(self, jobs: Iterable[_Job], error: Exception) -> None:
         failed = {id(job) for job in jobs}

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from conftest import FakeEncoder, index_books
 from service.main import build_searcher
 from service.schemas import SearchOptions, SearchResponse
-from service.searcher import SMALL_SEEN_S, Searcher
+from service.searcher import BUDGET_FLOOR, Searcher
 from service.settings import ServiceSettings
 
 BOOKS: list[dict[str, object]] = [
@@ -101,6 +101,7 @@ def test_while_small_requests_are_about_a_batch_keeps_to_the_budget(
     settings = ServiceSettings(database_url=url, device="cpu", batch_window_ms=2, max_batch=64)
     s = build_searcher(settings, engine=engine, encoder=SlowEncoder())
     s.batch_budget_s = 0.016  # 16 ms: at ≥ 1 ms a query, at most 16 queries a batch
+    s.small_seen_s = 600  # the small requests stay "about" however slow the machine is
     s.start()
     try:
 
@@ -120,11 +121,12 @@ def test_while_small_requests_are_about_a_batch_keeps_to_the_budget(
         finished = asyncio.run(load(singles=4))
         mixed = list(s.batch_sizes)
         assert sum(mixed) == 3 * BIG + 4
-        # the first batch has no measured cost yet; from then on each keeps to the budget
-        assert max(mixed[1:]) <= 16, mixed
+        # the first batch has no measured cost yet; from then on each keeps to the budget,
+        # but for the last, what is left
+        assert all(BUDGET_FLOOR <= n <= 16 for n in mixed[1:-1]), mixed
         assert all(name.startswith("single") for name in finished[:4]), finished
 
-        time.sleep(SMALL_SEEN_S + 0.2)  # no small request about any more
+        s.small_seen_s = 0  # no small request about any more
         s.batch_sizes.clear()
         asyncio.run(load(singles=0))
         assert list(s.batch_sizes) == [64, 64, 64]  # big requests alone: full batches
