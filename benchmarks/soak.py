@@ -133,6 +133,8 @@ class Run:
     answers: list[tuple[Kind, str, dict[str, object]]] = field(default_factory=list)
     queries: list[str] = field(default_factory=list)
     in_flight: int = 0  # requests of the GET and POST clients on the wire now
+    single_at: list[float] = field(default_factory=list)  # when each single GET was answered
+    busy: list[tuple[float, float]] = field(default_factory=list)  # a re-index or delete ran
     single: Kind = field(default_factory=Kind)
     batch: Kind = field(default_factory=Kind)
     sentinel: Kind = field(default_factory=Kind)
@@ -205,6 +207,7 @@ async def single_client(run: Run, port: int, queries: list[str], stop: float, of
             run.single.count(status)
             if status == 200:
                 run.single.latencies_ms.append((time.perf_counter() - t0) * 1000)
+                run.single_at.append(time.monotonic())
                 keep(run, run.single, q, json.loads(body))
     finally:
         conn.close()
@@ -331,6 +334,7 @@ async def events(run: Run, server: Target, catalog: Path, seconds: float) -> Non
     size = run.sizes[min(run.sizes)]
     await asyncio.sleep(seconds / 3)
     async with httpx.AsyncClient(base_url=base, timeout=REQUEST_TIMEOUT_S) as client:
+        started = time.monotonic()
         r = await client.post("/admin/reindex", json={"catalog": str(with_sentinel)}, headers=auth)
         r.raise_for_status()
         job = r.json()["id"]
@@ -342,6 +346,7 @@ async def events(run: Run, server: Target, catalog: Path, seconds: float) -> Non
         if state["state"] != "succeeded":
             raise RuntimeError(f"the re-index failed: {state}")
         gen = int(state["report"]["generation"])
+        run.busy.append((started, time.monotonic()))
         run.sizes[gen] = size + 1
         await reference_for(run, server.port, gen)
         run.events.append(
@@ -365,6 +370,7 @@ async def events(run: Run, server: Target, catalog: Path, seconds: float) -> Non
         gen = int(done.stdout.split("generation")[1].split()[0])
         run.sizes[gen] = size
         await served(server.port, gen)
+        run.busy.append((started, time.monotonic()))
         await reference_for(run, server.port, gen)
         run.events.append(
             f"{time.monotonic() - t0:6.0f} s  delete (attend delete, −1 book): generation {gen}, "
@@ -452,6 +458,12 @@ def table(run: Run, alone_ms: list[float], seconds: float, args: argparse.Namesp
 
     lines.append(row("single GET, alone", None, alone_ms))
     lines.append(row("single GET, under load", run.single, run.single.latencies_ms))
+    quiet = [
+        ms
+        for ms, at in zip(run.single.latencies_ms, run.single_at, strict=True)
+        if not any(a - 1 <= at <= b + 5 for a, b in run.busy)
+    ]
+    lines.append(row("  outside the events", None, quiet))
     lines.append(row("64-query POST", run.batch, run.batch.latencies_ms))
     lines.append(row("sentinel GET", run.sentinel, []))
     cut = run.slow_cut_s
@@ -461,8 +473,12 @@ def table(run: Run, alone_ms: list[float], seconds: float, args: argparse.Namesp
         f"{run.slow_uncut} not cut off, {run.slow_refused} refused"
     )
     ratio = percentile(run.single.latencies_ms, 99) / percentile(alone_ms, 99)
+    ratio_quiet = percentile(quiet, 99) / percentile(alone_ms, 99) if quiet else float("nan")
     lines.append("")
-    lines.append(f"single-GET p99 under load / alone: {ratio:.1f}x (target: within 5x)")
+    lines.append(
+        f"single-GET p99 under load / alone: {ratio:.1f}x, outside the events (from 1 s before a "
+        f"re-index or delete to 5 s after it is served) {ratio_quiet:.1f}x (target: within 5x)"
+    )
     start, end = run.rss_kib[0][1], run.rss_kib[-1][1]
     warm = next((r for t, r in run.rss_kib if t >= 60), end)  # after a minute of the load
     peak = max(r for _, r in run.rss_kib)
