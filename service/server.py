@@ -5,8 +5,9 @@ grew with the square of their size: one 150 MiB header stalled every other reque
 Nothing timed out a client that sent its headers or body slowly, and nothing bounded the
 connections, so about 20,000 idle ones used up the process's file descriptors. Here:
 
-- **Header size**: h11 refuses (431) a request whose line and headers pass `max_header_bytes`,
-  having buffered at most that much (plus one read); its line search is linear, not quadratic.
+- **Header size**: h11 refuses (431) a request whose line and headers are still unfinished
+  past `max_header_bytes`, so it buffers at most that plus one socket read (a whole header block
+  that arrives in one read is parsed); its search for the end of a line is linear.
 - **Header count**: at most `max_headers` headers, else 431, before the app sees the request.
 - **Read timeouts**: a request's line and headers must arrive within `header_timeout_s` of the
   connection (or of the previous response), its body within `body_timeout_s` of the headers.
@@ -23,13 +24,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
+import math
 import resource
+import time
 
 import h11
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
 
 from service.guards import send_error
 from service.settings import ServiceSettings
@@ -65,8 +69,29 @@ class MaxHeaders:
         await self.app(scope, receive, send)
 
 
+class _Refusals:
+    """Connections closed at the bound, logged at most every 10 s: a flood of them must not
+    flood the log too."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.count = 0
+        self.logged_at = -math.inf
+
+    def note(self) -> None:
+        self.count += 1
+        if (now := time.monotonic()) - self.logged_at >= 10:
+            logger.warning(
+                "%d connections open, the most allowed: closed %d new one(s)",
+                self.limit,
+                self.count,
+            )
+            self.count, self.logged_at = 0, now
+
+
 def protocol_for(limits: Limits) -> type[H11Protocol]:
     """uvicorn's h11 protocol with `limits`' read deadlines and connection bound."""
+    refused = _Refusals(limits.max_connections)
 
     class BoundedH11Protocol(H11Protocol):
         # "headers": waiting for a request's line and headers; "body": for its body; "app":
@@ -77,10 +102,7 @@ def protocol_for(limits: Limits) -> type[H11Protocol]:
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             if len(self.connections) > limits.max_connections:
-                logger.warning(
-                    "%d connections open, the most allowed: closed a new one",
-                    limits.max_connections,
-                )
+                refused.note()
                 transport.close()
                 return
             self._arm(limits.header_timeout_s)
@@ -98,23 +120,18 @@ def protocol_for(limits: Limits) -> type[H11Protocol]:
             self._follow()
 
         def send_400_response(self, msg: str) -> None:
-            buffered = len(self.conn.trailing_data[0])
-            if buffered <= limits.max_header_bytes:
-                super().send_400_response(msg)
-                return
-            # h11 gave up on a request line and headers past max_header_bytes: say so (431)
-            logger.info("refused a request whose headers pass %d bytes", limits.max_header_bytes)
-            body = f"the request's headers are larger than {limits.max_header_bytes:,} bytes"
+            """uvicorn's answer to a request h11 cannot parse, as JSON like every other error,
+            and 431 where the request line and headers passed max_header_bytes."""
+            status, detail = 400, "the request is not valid HTTP/1.1"
+            if len(self.conn.trailing_data[0]) > limits.max_header_bytes:
+                status = 431
+                detail = f"the request's headers are larger than {limits.max_header_bytes:,} bytes"
+            logger.info("refused a request: %s", detail)
+            body = json.dumps({"detail": detail}).encode()
+            headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
             for event in (
-                h11.Response(
-                    status_code=431,
-                    headers=[
-                        (b"content-type", b"text/plain; charset=utf-8"),
-                        (b"connection", b"close"),
-                    ],
-                    reason=b"Request Header Fields Too Large",
-                ),
-                h11.Data(data=body.encode()),
+                h11.Response(status_code=status, headers=headers, reason=STATUS_PHRASES[status]),
+                h11.Data(data=body),
                 h11.EndOfMessage(),
             ):
                 self.transport.write(self.conn.send(event) or b"")

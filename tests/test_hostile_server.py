@@ -8,6 +8,8 @@ server without the deadline fails the test instead of hanging it.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -126,6 +128,35 @@ def test_a_header_past_the_bound_is_refused_with_431(server: tuple[str, int]) ->
         s.sendall(big)
         assert _response_status(s) == 431
     _healthy(server)
+
+
+def _response(s: socket.socket) -> tuple[int, dict[str, object]]:
+    """(status, JSON body) of the response on `s`, which the server closes after it."""
+    raw = b""
+    with contextlib.suppress(ConnectionResetError):  # a reset after the answer: it was read
+        while chunk := s.recv(65_536):
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), json.loads(body)
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "detail"),
+    [
+        (b"NOT HTTP AT ALL\r\n\r\n", 400, "not valid HTTP/1.1"),
+        # just past the bound and unfinished, so the server has read it all when it answers
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX: " + b"a" * (MAX_HEADER_BYTES + 100), 431, "larger"),
+    ],
+    ids=["garbage", "big-header"],
+)
+def test_refusals_before_the_app_are_json_like_every_error(
+    server: tuple[str, int], request_bytes: bytes, status: int, detail: str
+) -> None:
+    with _connect(server, timeout=GRACE_S) as s:
+        s.sendall(request_bytes)
+        got, body = _response(s)
+    assert got == status
+    assert detail in str(body["detail"])
 
 
 def test_a_150_mib_header_does_not_stall_other_clients(server: tuple[str, int]) -> None:
