@@ -163,9 +163,8 @@ class SearchResponse(BaseModel):
     )
     entropy: float | None = Field(
         description="Entropy (nats) of the weight distribution over all `matched` books: "
-        "0 when one book takes all the weight, ln(matched) when it is uniform. Null from the "
-        "sharded engine (`attend serve --engine ray`), which ranks with the description head "
-        "alone and does not compute it."
+        "0 when one book takes all the weight, ln(matched) when it is uniform (the sharded "
+        "engine computes it too, over every shard's books)."
     )
     match_strength: float = Field(
         description="log(top weight · matched) / log(matched): 0 when the best book weighs no "
