@@ -69,6 +69,9 @@ class _Job:
     future: Future[list[SearchResponse]] = field(default_factory=Future)
     taken: int = 0  # queries handed to a batch so far; they are answered in order
     responses: list[SearchResponse] = field(default_factory=list)
+    # the generation its first queries were answered from: a request answered over several
+    # batches is answered from one generation, even if a new one is swapped in meanwhile
+    ranker: Ranker | None = None
 
 
 @dataclass
@@ -179,7 +182,7 @@ class Searcher:
             busy = len(batch) > 1 or bool(self._waiting)
             try:
                 t0 = time.perf_counter()
-                answers = self._answer(batch)
+                answers = self._answer_pinned(batch)
                 self._measure(time.perf_counter() - t0, sum(len(p.queries) for p in batch))
                 for piece, responses in zip(batch, answers, strict=True):
                     job = piece.job
@@ -188,6 +191,24 @@ class Searcher:
                         job.future.set_result(job.responses)  # done: cancelled (client gone)
             except Exception as e:  # every request in the batch gets the error, none hangs
                 self._fail({id(piece.job): piece.job for piece in batch}.values(), e)
+
+    def _answer_pinned(self, batch: list[_Slice]) -> list[list[SearchResponse]]:
+        """`_answer`, each slice from its request's generation: one call per generation in
+        the batch (two only in the batches that straddle a swap)."""
+        current = self.ranker
+        groups: dict[int, tuple[Ranker, list[int]]] = {}
+        for i, piece in enumerate(batch):
+            ranker = current if piece.job.ranker is None else piece.job.ranker
+            groups.setdefault(id(ranker), (ranker, []))[1].append(i)
+        answers: list[list[SearchResponse]] = [[] for _ in batch]
+        for ranker, members in groups.values():
+            pieces = [batch[i] for i in members]
+            for i, responses in zip(members, self._answer(pieces, ranker), strict=True):
+                answers[i] = responses
+        for piece in batch:
+            if piece.job.ranker is None:
+                piece.job.ranker = current
+        return answers
 
     def _measure(self, seconds: float, queries: int) -> None:
         """Fold a batch's time into the running cost per query (an EWMA). Per query, not per
@@ -266,8 +287,11 @@ class Searcher:
         self._waiting = deque(untouched + unfinished)
         return batch
 
-    def _answer(self, jobs: list[_Slice]) -> list[list[SearchResponse]]:
-        ranker = self.ranker  # one generation for the whole batch, even if a swap comes
+    def _answer(
+        self, jobs: list[_Slice], ranker: Ranker | None = None
+    ) -> list[list[SearchResponse]]:
+        if ranker is None:
+            ranker = self.ranker  # one generation for the whole batch, even if a swap comes
         if len(ranker) == 0:
             raise IndexEmptyError()
         texts = [text for job in jobs for text in job.queries]

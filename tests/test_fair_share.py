@@ -132,3 +132,33 @@ def test_while_small_requests_are_about_a_batch_keeps_to_the_budget(
         assert list(s.batch_sizes) == [64, 64, 64]  # big requests alone: full batches
     finally:
         s.close()
+
+
+def test_a_request_answered_over_several_batches_is_one_generation(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """A big request is sliced across batches; a generation swapped in between its slices
+    must not answer the rest of it (each request: one generation)."""
+    url = index_books(engine, tmp_path, BOOKS, RandomEncoder())
+    settings = ServiceSettings(database_url=url, device="cpu", max_batch=8)
+    s = build_searcher(settings, engine=engine, encoder=RandomEncoder())
+    older = s.ranker.generation
+    extra: dict[str, object] = {"id": "new", "title": "A new book", "description": "new"}
+    index_books(engine, tmp_path, [*BOOKS, extra], RandomEncoder())
+    newer = build_searcher(settings, engine=engine, encoder=RandomEncoder()).ranker
+    assert newer.generation != older
+
+    def swap_after_the_first_batch(_size: int) -> None:
+        s.ranker = newer  # as the reloader swaps a generation in, between two batches
+
+    s.on_batch = swap_after_the_first_batch
+    s.start()
+    try:
+        big = asyncio.run(s.search([f"tale {i}" for i in range(64)], SearchOptions(k=3)))
+        assert len(s.batch_sizes) == 8  # 64 queries in batches of 8: seven swaps on the way
+        assert {r.generation for r in big} == {older}
+        assert {r.catalog_size for r in big} == {len(BOOKS)}
+        [later] = asyncio.run(s.search(["tale"], SearchOptions(k=3)))
+        assert (later.generation, later.catalog_size) == (newer.generation, len(BOOKS) + 1)
+    finally:
+        s.close()
