@@ -111,6 +111,7 @@ class Kind:
     checked: int = 0  # answers compared with the sequential ones
     differing: list[str] = field(default_factory=list)  # queries whose answer differed
     wrong_generation: int = 0
+    mixed: int = 0  # requests whose answers came from more than one generation
 
     def count(self, status: int) -> None:
         self.statuses[status] = self.statuses.get(status, 0) + 1
@@ -241,7 +242,9 @@ async def batch_client(run: Run, port: int, queries: list[str], stop: float, off
             run.batch.count(status)
             if status == 200:
                 run.batch.latencies_ms.append((time.perf_counter() - t0) * 1000)
-                for q, answer in zip(batch, json.loads(raw)["responses"], strict=True):
+                responses = json.loads(raw)["responses"]
+                run.batch.mixed += len({r["generation"] for r in responses}) > 1
+                for q, answer in zip(batch, responses, strict=True):
                     keep(run, run.batch, q, answer)
     finally:
         conn.close()
@@ -486,6 +489,10 @@ def table(run: Run, alone_ms: list[float], seconds: float, args: argparse.Namesp
         f"server RSS: {start / 1024:.0f} MiB at the start of the load, {warm / 1024:.0f} MiB a "
         f"minute in, {end / 1024:.0f} MiB at its end ({(end - start) / start:+.1%} from the "
         f"start, {(end - warm) / warm:+.1%} from a minute in), peak {peak / 1024:.0f} MiB"
+    )
+    lines.append(
+        f"64-query POSTs answered from more than one generation: {run.batch.mixed} "
+        f"of {len(run.batch.latencies_ms)}"
     )
     lines.append("events: " + ("; ".join(e.strip() for e in run.events) or "none"))
     lines.append(
