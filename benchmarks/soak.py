@@ -198,8 +198,9 @@ async def single_client(run: Run, port: int, queries: list[str], stop: float, of
                     conn.request("GET", "/search?" + urlencode({"q": q, "k": 10})),
                     REQUEST_TIMEOUT_S,
                 )
-            except (OSError, asyncio.IncompleteReadError, TimeoutError):
+            except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
                 run.single.transport_errors += 1
+                log(f"single client: {type(e).__name__} {e} (paused: {not run.go.is_set()})")
                 conn.close()
                 conn = await Connection.open(port)
                 continue
@@ -232,8 +233,9 @@ async def batch_client(run: Run, port: int, queries: list[str], stop: float, off
                 status, raw = await asyncio.wait_for(
                     conn.request("POST", "/search", body), REQUEST_TIMEOUT_S
                 )
-            except (OSError, asyncio.IncompleteReadError, TimeoutError):
+            except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
                 run.batch.transport_errors += 1
+                log(f"batch client: {type(e).__name__} {e} (paused: {not run.go.is_set()})")
                 conn.close()
                 conn = await Connection.open(port)
                 continue
@@ -294,8 +296,9 @@ async def sentinel_client(run: Run, port: int, stop: float) -> None:
                 status, body = await asyncio.wait_for(
                     conn.request("GET", target), REQUEST_TIMEOUT_S
                 )
-            except (OSError, asyncio.IncompleteReadError, TimeoutError):
+            except (OSError, asyncio.IncompleteReadError, TimeoutError) as e:
                 run.sentinel.transport_errors += 1
+                log(f"sentinel client: {type(e).__name__} {e} (paused: {not run.go.is_set()})")
                 conn.close()
                 conn = await Connection.open(port)
                 continue
