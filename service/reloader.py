@@ -19,6 +19,9 @@ included, whatever its generation ids say. `serving_problem` is what /readyz ask
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import logging
 import threading
 import time
@@ -35,6 +38,19 @@ from service.ranker import Ranker
 from service.searcher import Searcher
 
 logger = logging.getLogger(__name__)
+
+
+def release_freed_memory() -> None:
+    """Hand the old generation's freed heap back to the OS. glibc keeps freed pages in its
+    arenas for reuse, so each swap (a new ranker's keys, filter columns and BM25 index beside
+    the old ones, then the old freed) left the process larger by what the heap could not give
+    back; malloc_trim(0) returns every free page. A no-op where there is no glibc."""
+    gc.collect()  # the old ranker's cycles (its mask cache holds bound methods)
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 class GenerationWatcher:
@@ -89,7 +105,8 @@ class GenerationWatcher:
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_s):
             try:
-                self.check()
+                if self.check():
+                    release_freed_memory()
             except (SQLAlchemyError, db.DatabaseGoneError) as e:  # the database is down
                 if not self._failing:
                     logger.warning("the database does not answer (%s); polling on", e)
