@@ -81,19 +81,22 @@ def create_db_engine(url: str) -> Engine:
     return engine
 
 
-_SQLITE_HEADER = b"SQLite format 3\x00"
+_SQLITE_HEADER_BYTES = 100  # a database file holds at least its 100-byte header
 
 
 def _file_identity(path: Path) -> tuple[int, int, bool] | None:
-    """(device, inode, whether it starts with SQLite's header) of the file at `path`, None if
-    there is none. A new database has no header until its first write."""
+    """(device, inode, whether it is long enough to hold SQLite's header) of the file at
+    `path`, None if there is none. A new database has no header until its first write.
+
+    From `os.stat` alone, never by opening the file: closing any descriptor of a file drops
+    every POSIX lock this process holds on it, SQLite's own included (its WAL read locks: a
+    reader could then go on reading an old snapshot while a writer checkpoints), so a
+    truncated file is told by its size and an overwritten one by SQLite's own errors."""
     try:
-        with path.open("rb") as f:
-            st = os.fstat(f.fileno())
-            header = f.read(len(_SQLITE_HEADER))
+        st = os.stat(path)
     except FileNotFoundError:
         return None
-    return st.st_dev, st.st_ino, header == _SQLITE_HEADER
+    return st.st_dev, st.st_ino, st.st_size >= _SQLITE_HEADER_BYTES
 
 
 def _script_location() -> str:

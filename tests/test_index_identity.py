@@ -162,10 +162,14 @@ def test_a_deleted_sqlite_file_is_not_ready_and_not_written_to(tmp_path: Path) -
         engine.dispose()
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+# Only truncation: a file overwritten in place with bytes of its own length is told by SQLite's
+# errors once its page cache rereads, not at checkout. Reading the header there opened and
+# closed the file, which drops every POSIX lock the process holds on it (SQLite's WAL read
+# locks too): the Ray router then never saw a re-index (tests/test_ray_serve.py).
+@pytest.mark.parametrize("damage", ["truncated"])
 def test_a_damaged_sqlite_file_answers_503_with_a_message(tmp_path: Path, damage: str) -> None:
-    """Truncated or overwritten in place (the same file): /readyz checks the schema, where
-    `SELECT 1` said 200 while /books and /explain answered 500."""
+    """Truncated in place (the same file): /readyz checks the schema, where `SELECT 1` said
+    200 while /books and /explain answered 500."""
     url = f"sqlite:///{tmp_path / 'attend.db'}"
     engine = db.create_db_engine(url)
     try:
