@@ -94,7 +94,8 @@ def demo_client(folder: Path) -> Iterator[Any]:
     from indexer import db, pipeline
     from indexer.data import DEMO_CATALOG
     from indexer.settings import IndexSettings
-    from service.main import build_encoder, create_app
+    from service.api.main import create_app
+    from service.engine.startup import build_encoder
     from service.settings import ServiceSettings
 
     url = f"sqlite:///{folder / 'attend.db'}"
@@ -127,8 +128,8 @@ def _search_table(client: Any, example: Example) -> str:
     """What `attend search ARGS` prints: the same search through GET /search, as a table."""
     import shlex
 
+    from service.api.search_schemas import SearchResponse
     from service.cli import build_parser, table
-    from service.schemas import SearchResponse
 
     args = build_parser().parse_args(["search", *shlex.split(example.path)])
     names = ("k", "offset", "author", "year_min", "year_max", "language", "heads")

@@ -27,7 +27,7 @@ from indexer.schema import ACTIVE, BUILDING, FAILED, RETIRED, Book, Generation
 logger = logging.getLogger(__name__)
 
 _ADVISORY_KEY = 0x41_74_74_65_6E_64  # "Attend"
-# PostgreSQL channel a switch notifies (service/notify.py listens): delivered on commit only,
+# PostgreSQL channel a switch notifies (service/engine/notify.py listens): delivered on commit only,
 # so a replica never hears of a generation it could not yet read.
 NOTIFY_CHANNEL = "attend_generations"
 

@@ -14,10 +14,15 @@ EncoderBackend = Literal["auto", "torch", "onnx"]
 Engine = Literal["local", "ray"]
 
 
-class CommonSettings(BaseSettings):
-    """What every runnable of Attend shares: where the index lives and how text is embedded."""
+# every runnable's: ATTEND_* variables, then a .env file in the working folder
+ATTEND_CONFIG = SettingsConfigDict(env_prefix="ATTEND_", env_file=".env", extra="ignore")
 
-    model_config = SettingsConfigDict(env_prefix="ATTEND_", env_file=".env", extra="ignore")
+
+class StoreSettings(BaseSettings):
+    """Where the index lives and what embeds its text: what `attend index`, `attend serve` and the
+    migrations must agree on. Each runnable's own settings add to these."""
+
+    model_config = ATTEND_CONFIG
 
     database_url: str = Field(
         "sqlite:///attend.db",
@@ -44,12 +49,12 @@ class CommonSettings(BaseSettings):
         "exported again by itself.",
     )
 
-    engine: Engine = Field(
-        "local",
-        description="local (this process) or ray (a Ray cluster; needs `pip install "
-        "'attend[ray]'`): `attend serve` as shards on Ray Serve, `attend index` embedding on Ray "
-        "Data actors.",
-    )
+
+class RaySettings(BaseSettings):
+    """For `--engine ray`, which both `attend index` and `attend serve` have."""
+
+    model_config = ATTEND_CONFIG
+
     ray_address: str | None = Field(
         None,
         description="Address of an existing Ray cluster (e.g. ray://head:10001 or auto) for the "
@@ -57,7 +62,7 @@ class CommonSettings(BaseSettings):
     )
 
 
-class IndexSettings(CommonSettings):
+class IndexSettings(StoreSettings, RaySettings):
     """Settings of `attend index`."""
 
     encoder_backend: EncoderBackend = Field(
@@ -82,4 +87,9 @@ class IndexSettings(CommonSettings):
         le=4096,
         description="`attend index --engine ray`: encoder actors; 0 is one per GPU of the "
         "cluster, or one CPU actor when it has none.",
+    )
+    engine: Engine = Field(
+        "local",
+        description="local (this process) or ray (a Ray cluster; needs `pip install "
+        "'attend[ray]'`): embedding on Ray Data actors.",
     )

@@ -19,6 +19,7 @@ from sqlalchemy import ColumnElement, Table, and_, false, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
+from indexer.book_columns import BookColumns
 from indexer.catalog import CatalogRecord, is_valid_id
 from indexer.schema import ACTIVE, Book, BookVector, Generation, IndexMetadata, Vector
 
@@ -33,18 +34,20 @@ VALUE_FIELD = "description"  # the field whose vector is also the book's value
 class LoadedIndex:
     """Everything the attention core needs, aligned by row: row i is book ids[i]."""
 
-    ids: list[str]
-    titles: list[str]
-    authors: list[list[str]]
-    years: list[int | None]
-    languages: list[str | None]
+    books: BookColumns
     keys: dict[str, np.ndarray]  # field → (N, d) float32, stored column-major
-    values: np.ndarray  # (N, d) float32; the value field's keys array itself when V = K
     model: str
     generation: int | None = None  # the snapshot these rows are; None: no index yet
+    # (N, d) float32; the value field's keys array itself when V = K. None where a reader kept
+    # only the keys (the service: a search returns weights, not weights @ V)
+    values: np.ndarray | None = None
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.books)
+
+    @property
+    def ids(self) -> list[str]:
+        return self.books.ids
 
 
 @dataclass(frozen=True)
@@ -161,21 +164,16 @@ def apply_diff(index: LoadedIndex, diff: IndexDiff) -> LoadedIndex:
             out[from_new] = new[order[from_new] - len(keep)]
         return out
 
-    def pick(values: list[Any], new: list[Any]) -> list[Any]:
-        both = [values[i] for i in keep] + new
-        return [both[i] for i in order]
-
     keys = {f: merged(index.keys[f], add.keys[f]) for f in index.keys}
     shared = [
         f for f in index.keys if index.values is index.keys[f] and add.values is add.keys.get(f)
     ]
-    values = keys[shared[0]] if shared else merged(index.values, add.values)
+    if index.values is None or add.values is None:
+        values = None
+    else:
+        values = keys[shared[0]] if shared else merged(index.values, add.values)
     return LoadedIndex(
-        ids=[ids[i] for i in order],
-        titles=pick(index.titles, add.titles),
-        authors=pick(index.authors, add.authors),
-        years=pick(index.years, add.years),
-        languages=pick(index.languages, add.languages),
+        books=(index.books.take(keep.tolist()) + add.books).take(order.tolist()),
         keys=keys,
         values=values,
         model=index.model,
@@ -184,8 +182,8 @@ def apply_diff(index: LoadedIndex, diff: IndexDiff) -> LoadedIndex:
 
 
 def _column_major(n: int, d: int) -> np.ndarray:
-    """A zeroed (n, d) array stored column by column: the layout the ranker streams (it reads
-    the contiguous (d, n) transpose), so handing the array to the ranker copies nothing."""
+    """A zeroed (n, d) array stored column by column: the layout the served index streams (it reads
+    the contiguous (d, n) transpose), so handing the array to the service copies nothing."""
     return np.zeros((d, n), _NP_DTYPE).T
 
 
@@ -258,12 +256,15 @@ def _load(
         values = None if values is None else np.asfortranarray(values[keep])
     if values is None:  # every value is its key's vector (the indexer's V = K): half the memory
         values = keys[value_field] if value_field in keys else np.empty((len(ids), d), _NP_DTYPE)
-    return LoadedIndex(
+    books = BookColumns(
         ids=ids,
         titles=[r[1] for r in rows],
         authors=[list(r[2] or []) for r in rows],
         years=[r[3] for r in rows],
         languages=[r[4] for r in rows],
+    )
+    return LoadedIndex(
+        books=books,
         keys=keys,
         values=values,
         model=model,

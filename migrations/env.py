@@ -7,7 +7,7 @@ from sqlalchemy import Connection
 
 from indexer.db import create_db_engine
 from indexer.schema import Base
-from indexer.settings import CommonSettings
+from indexer.settings import StoreSettings
 
 config = context.config
 target_metadata = Base.metadata
@@ -28,7 +28,7 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    url = config.get_main_option("sqlalchemy.url") or CommonSettings().database_url
+    url = config.get_main_option("sqlalchemy.url") or StoreSettings().database_url
     engine = create_db_engine(url)
     with engine.begin() as conn:
         _run(conn)

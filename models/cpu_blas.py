@@ -24,13 +24,13 @@ from torch import Tensor
 
 logger = logging.getLogger(__name__)
 
-Backend = Literal["mkl", "openblas"]
-_forced: list[Backend] = []  # set_backend's choice, when one was forced
+Blas = Literal["mkl", "openblas"]
+_forced: list[Blas] = []  # set_blas's choice, when one was forced
 
 
 def matmul(q: Tensor, kt: Tensor, *, out: Tensor | None = None) -> Tensor:
     """q (B, d) @ kt (d, C), float32 on the CPU, into `out` (B, C) when given."""
-    if backend() == "openblas":
+    if blas() == "openblas":
         return openblas_matmul(q, kt, out=out)
     return torch.mm(q, kt, out=out) if out is not None else torch.mm(q, kt)
 
@@ -43,14 +43,14 @@ def openblas_matmul(q: Tensor, kt: Tensor, *, out: Tensor | None = None) -> Tens
     return out
 
 
-def set_backend(name: Backend | None) -> None:
-    """Force a backend for this process (benchmarks, tests); None: measure again."""
+def set_blas(name: Blas | None) -> None:
+    """Force a BLAS for this process (benchmarks, tests); None: measure again."""
     _forced[:] = [] if name is None else [name]
-    backend.cache_clear()
+    blas.cache_clear()
 
 
 @functools.cache
-def backend() -> Backend:
+def blas() -> Blas:
     """The faster of MKL (torch) and OpenBLAS (numpy) here, measured once per process on what
     `attend` does with a chunk: the product, then torch's top-k and exp over it. The product
     alone is not enough: torch's OpenMP threads spin-wait after each torch operation (unless
@@ -68,7 +68,7 @@ def backend() -> Backend:
     q = torch.randn(16, 384, generator=gen)  # (B, d)
     keys_t = torch.randn(384, 2 * 16_384, generator=gen)  # (d, 2C)
     out = torch.empty(16, 16_384)
-    names: tuple[Backend, Backend] = ("mkl", "openblas")
+    names: tuple[Blas, Blas] = ("mkl", "openblas")
     best = dict.fromkeys(names, float("inf"))
     for _ in range(3):  # taking turns, so a noisy neighbour slows both alike
         for name in names:
@@ -79,7 +79,7 @@ def backend() -> Backend:
                 s.topk(10, dim=-1)
                 s.exp_().sum(-1)
             best[name] = min(best[name], time.perf_counter() - t0)
-    choice: Backend = "openblas" if best["openblas"] < best["mkl"] else "mkl"
+    choice: Blas = "openblas" if best["openblas"] < best["mkl"] else "mkl"
     logger.info(
         "CPU matmul: %s (attention on 2 chunks of (16, 384) x (384, 16384): MKL %.2f ms, "
         "OpenBLAS %.2f ms)",

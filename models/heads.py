@@ -7,7 +7,7 @@ mixture needs from its dense heads, behind `DenseHeads`:
     sweep(...)    one chunked pass: the candidates' scores and the mixture's entropy
 
 `LocalDenseHeads` answers them over keys in this process (all of the catalog, or one shard's
-rows); `models.sharded.ShardedDenseHeads` asks shards and merges their answers exactly.
+rows); `models.shard_merge.ShardedDenseHeads` asks shards and merges their answers exactly.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class LocalDenseHeads:
     def scales(self) -> list[float]:
         return [head.scale for head in self.heads]
 
-    def attend(self, k: int) -> list[Attention]:
+    def attend_heads(self, k: int) -> list[Attention]:
         """Per head, `attend` over its keys (rows of these keys, not offset); heads sharing keys
         and scale run in one call over their stacked queries."""
         out: list[Attention | None] = [None] * len(self.heads)
@@ -156,7 +156,7 @@ class LocalDenseHeads:
         return [att for att in out if att is not None]
 
     def top(self, k: int) -> tuple[TopLists, Tensor]:
-        atts = self.attend(k)
+        atts = self.attend_heads(k)
         lse = torch.empty(atts[0].indices.shape[0], len(atts), dtype=torch.float64)
         top: TopLists = []
         for h, att in enumerate(atts):

@@ -15,19 +15,19 @@ heads rerun, until k' covers the catalog. With k' = 4k this almost always ends i
 The dense heads' work is three operations on their keys, behind `models.heads.DenseHeads`: each
 head's top k' with its log-sum-exp, the raw scores of given rows, and one chunked pass that gives
 the candidates' scores and the mixture's entropy; in this process (`LocalDenseHeads`) or on
-shards (`models.sharded.ShardedDenseHeads`). `mix_topk` is the threshold loop over either.
+shards (`models.shard_merge.ShardedDenseHeads`). `mix_topk` is the threshold loop over either.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from models.heads import DenseHead, DenseHeads, Head, LocalDenseHeads, ScoredHead, TopLists
+from models.heads import DenseHeads, ScoredHead, TopLists
 
 
 @dataclass(frozen=True)
@@ -45,39 +45,6 @@ class Mixture:
     rounds: int  # how many candidate rounds the threshold needed
 
 
-def mixture_topk(
-    heads: Sequence[Head],
-    pi: Tensor,
-    *,
-    k: int,
-    mask: Tensor | None = None,
-    chunk_size: int | None = None,
-    entropy: bool = False,
-) -> Mixture:
-    """The exact top-k books of Σ_h π_h softmax_h, π (B, H) with rows summing to 1, every head
-    in this process.
-
-    `mask` (N,) or (B, N) bool: True where a book may be attended to (every head alike).
-    """
-    N = _catalog_size(heads)
-    dense = [head for head in heads if isinstance(head, DenseHead)]
-    scored = [head for head in heads if isinstance(head, ScoredHead)]
-    local = LocalDenseHeads(dense, size=N, mask=mask, chunk_size=chunk_size)
-    order = [h for h, head in enumerate(heads) if isinstance(head, DenseHead)]
-    order += [h for h, head in enumerate(heads) if isinstance(head, ScoredHead)]
-    if order == sorted(order):  # dense heads first already (the search's heads are)
-        return mix_topk(local, scored, pi, k=k, mask=mask, entropy=entropy)
-    mix = mix_topk(local, scored, pi[:, order], k=k, mask=mask, entropy=entropy)
-    back = torch.argsort(torch.tensor(order))
-    return replace(
-        mix,
-        shares=mix.shares[:, :, back],
-        probs=mix.probs[:, :, back],
-        scores=mix.scores[:, :, back],
-        logsumexp=mix.logsumexp[:, back],
-    )
-
-
 # Weights closer than this (relative) are a tie at the cut of the top k: above float32's 6e-8,
 # the precision the weights are ordered at, and the ~1e-7 a batch's products move them by.
 TIE_MARGIN = 1e-6
@@ -92,8 +59,8 @@ def mix_topk(
     mask: Tensor | None = None,
     entropy: bool = False,
 ) -> Mixture:
-    """`mixture_topk` with the dense heads behind `dense` (in this process or on shards) and the
-    scored heads here; π (B, Hd + Hs) and the result's heads: the dense heads first.
+    """The exact top-k books of Σ_h π_h softmax_h, π (B, Hd + Hs) with rows summing to 1: the
+    dense heads behind `dense` (in this process or on shards) first, then the scored heads.
 
     `mask` is the one `dense` applies, over the whole catalog: the scored heads, the candidates
     and the matched counts need it here too.
@@ -179,13 +146,6 @@ def _top_by_row(w: Tensor, k: int) -> Tensor:
     bits = w.float().view(torch.int32).long()  # ordered as the floats for w ≥ 0; −1 below
     key = (bits << 32) | (0xFFFFFFFF - torch.arange(w.shape[1]))  # distinct: no ties left
     return key.topk(k, dim=-1).indices
-
-
-def _catalog_size(heads: Sequence[Head]) -> int:
-    sizes = {h.keys.shape[0] if isinstance(h, DenseHead) else h.scores.shape[1] for h in heads}
-    if len(sizes) != 1:
-        raise ValueError(f"heads disagree on the catalog size: {sorted(sizes)}")
-    return sizes.pop()
 
 
 def _scored_top(

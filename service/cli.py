@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from indexer import pipeline
     from indexer.settings import IndexSettings
-    from service.schemas import SearchResponse
+    from service.api.search_schemas import SearchResponse
 
 logger = logging.getLogger("attend")
 
@@ -56,9 +56,9 @@ def _overrides(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]
 
 
 def _database_url(args: argparse.Namespace) -> str:
-    from indexer.settings import CommonSettings
+    from indexer.settings import StoreSettings
 
-    return args.database_url or CommonSettings().database_url
+    return args.database_url or StoreSettings().database_url
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -169,7 +169,7 @@ def _index(args: argparse.Namespace, settings: IndexSettings, engine: Engine) ->
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     from indexer import pipeline
-    from service.main import build_encoder
+    from service.engine.startup import build_encoder
 
     bar = ProgressBar() if sys.stderr.isatty() else None
     with contextlib.ExitStack() as stack:
@@ -274,9 +274,9 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from service.api.main import create_app
     from service.launch import apply_serve_threads
     from service.logs import configure_logging
-    from service.main import create_app
     from service.settings import ServiceSettings
 
     options = ("database_url", "host", "port", "engine", "shards", "shard_replicas")
@@ -291,7 +291,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if settings.shards > 1:
         sys.stderr.write("attend serve: --shards needs --engine ray\n")
         return 2
-    from service import server
+    from service.api import server
 
     apply_serve_threads(settings)
     # an admin re-index (POST /admin/reindex) takes the writer's lock too
@@ -302,7 +302,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _serve_on_ray(settings: Any) -> int:
     try:
-        from service import ray_serve
+        from service.cluster import ray_serve
     except ImportError as e:
         sys.stderr.write(f"attend serve: the ray engine needs pip install 'attend[ray]' ({e})\n")
         return 2
@@ -320,8 +320,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from service.main import build_searcher
-    from service.schemas import SearchParams
+    from service.api.search_schemas import SearchParams, search_response
+    from service.engine.startup import build_searcher
     from service.settings import ServiceSettings
 
     settings = ServiceSettings(**_overrides(args, ("database_url",)))
@@ -340,7 +340,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         searcher = build_searcher(settings, engine=engine)
     finally:
         engine.dispose()
-    response = searcher.search_now([params.q], params)[0]
+    (result,) = searcher.search_now([params.q], params.options())
+    response = search_response(result)
     sys.stdout.write(response.model_dump_json(indent=2) + "\n" if args.json else table(response))
     return 0
 
@@ -549,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from indexer import db
     from indexer.catalog import CatalogError
     from indexer.generations import IndexBusyError
-    from service.errors import IndexEmptyError
+    from service.engine.exceptions import IndexEmptyError
     from service.logs import cli_level, configure_logging
 
     configure_logging(cli_level(args.verbose))

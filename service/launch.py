@@ -64,7 +64,7 @@ def serve_torch_threads(settings: ServiceSettings) -> int | None:
 
 
 def apply_serve_threads(settings: ServiceSettings) -> None:
-    """Before the app loads its ranker: its CPU BLAS is measured with the threads it will have
+    """Before the app loads its index: its CPU BLAS is measured with the threads it will have
     (models/cpu_blas.py)."""
     import torch
 

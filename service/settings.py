@@ -7,11 +7,11 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from indexer.settings import CommonSettings
-from service.heads import BookHeads, HeadScales, parse_heads, parse_scales
+from indexer.settings import Engine, RaySettings, StoreSettings
+from service.engine.head_weights import BookHeads, HeadScales, parse_heads, parse_scales
 
 
-class ServiceSettings(CommonSettings):
+class ServiceSettings(StoreSettings, RaySettings):
     # A refused value is never repeated in the error: a too-short ATTEND_ADMIN_TOKEN (or a
     # database URL with its password) would otherwise be printed to stderr and the logs. The
     # message still names the variable and the reason.
@@ -87,7 +87,7 @@ class ServiceSettings(CommonSettings):
         description="While small requests (≤ 4 queries) are about, a batch holding part of a "
         "bigger request is cut to about this much worker time (at the measured cost per "
         "query), since a query arriving during a batch waits for it; 0: batches sized by "
-        "ATTEND_MAX_BATCH alone (service/searcher.py).",
+        "ATTEND_MAX_BATCH alone (service/engine/searcher.py).",
     )
     query_cache_size: int = Field(
         4096, ge=1, description="Query embeddings kept (LRU): a repeated query skips the encoder."
@@ -109,7 +109,7 @@ class ServiceSettings(CommonSettings):
         ge=1024,
         le=16_777_216,
         description="Largest request line plus headers `attend serve` reads; a larger one is "
-        "refused with 431 (service/server.py).",
+        "refused with 431 (service/api/server.py).",
     )
     max_headers: int = Field(
         100, ge=8, le=10_000, description="Most header fields in a request; more: 431."
@@ -146,6 +146,11 @@ class ServiceSettings(CommonSettings):
         default_factory=list,
         description="Origins allowed to call the API from a browser, as a JSON list "
         '(["https://a.example"], or ["*"]). Empty, the default: no CORS headers at all.',
+    )
+    engine: Engine = Field(
+        "local",
+        description="local (this process) or ray (a Ray cluster; needs `pip install "
+        "'attend[ray]'`): the keys as shards on Ray Serve (ATTEND_SHARDS).",
     )
     shards: int = Field(
         1,

@@ -208,7 +208,7 @@ def serve_books(
 ) -> Iterator[TestClient]:
     """The app over `books`, indexed into `engine` with the fake encoder (its settings are the
     defaults on the CPU plus `settings`)."""
-    from service.main import create_app
+    from service.api.main import create_app
     from service.settings import ServiceSettings
 
     url = index_books(engine, folder, books)

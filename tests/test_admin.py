@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from conftest import FakeEncoder, write_jsonl
 from indexer import pipeline, store
 from indexer.settings import IndexSettings
-from service.main import create_app
+from service.api.main import create_app
 from service.settings import ServiceSettings
 
 TOKEN = "s3cret-admin-token-0123"
@@ -105,13 +105,13 @@ def test_the_service_swaps_in_a_generation_activated_elsewhere(
         assert "dl" not in {r["id"] for r in now["results"]}
         assert client.get("/books/dl").status_code == 404
         assert client.get("/books/sea").json()["title"] == NEW_BOOK["title"]
-        # the diff, folded into the old ranker's own arrays, gave what a full load gives
-        ranker = client.app.state.searcher.ranker  # type: ignore[attr-defined]
+        # the diff, folded into the old index's own arrays, gave what a full load gives
+        served = client.app.state.searcher.index  # type: ignore[attr-defined]
         with Session(indexed) as session:
             full = store.load_index(session=session, model=FakeEncoder.name)
-        assert ranker.ids == full.ids
+        assert served.books == full.books
         for field, keys in full.keys.items():
-            assert np.array_equal(ranker.keys_by_field[field].numpy(), keys)
+            assert np.array_equal(served.keys.by_field[field].numpy(), keys)
 
 
 def test_reindex_runs_in_the_background_one_job_at_a_time(

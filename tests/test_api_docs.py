@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import FakeEncoder
-from service.main import create_app
+from service.api.main import create_app
 from service.settings import ServiceSettings
 
 

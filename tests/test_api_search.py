@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from conftest import FakeEncoder, index_books
 from indexer import db
-from service.main import create_app
+from service.api.main import create_app
 from service.settings import ServiceSettings
 
 BOOKS = [

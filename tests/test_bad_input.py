@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import FakeEncoder
-from service.main import create_app
-from service.schemas import MAX_K, MAX_OFFSET, MAX_QUERY_CHARS
+from service.api.main import create_app
+from service.api.search_schemas import MAX_K, MAX_OFFSET, MAX_QUERY_CHARS
 from service.settings import ServiceSettings
 
 MAX_BODY = 4096

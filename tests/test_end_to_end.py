@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from indexer.catalog import read_catalog
 from indexer.data import DEMO_CATALOG
-from service.main import create_app
+from service.api.main import create_app
 from service.settings import ServiceSettings
 
 pytestmark = pytest.mark.model

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from models.encoder import SentenceTransformerEncoder
-from service.explainer import Explainer
+from service.api.book_schemas import explain_response
+from service.engine.explainer import Explainer
 
 pytestmark = pytest.mark.model
 
@@ -24,9 +25,8 @@ def explainer() -> Explainer:
 
 
 def _explain(explainer: Explainer, q: str, description: str = DESCRIPTION) -> dict:  # type: ignore[type-arg]
-    return explainer.explain(
-        book_id="hp", query=q, title=TITLE, description=description
-    ).model_dump()
+    explanation = explainer.explain(book_id="hp", query=q, title=TITLE, description=description)
+    return explain_response(explanation).model_dump()
 
 
 def test_offsets_point_at_the_words_each_query_word_attends_to(explainer: Explainer) -> None:
@@ -72,7 +72,7 @@ def _dense_reference(explainer: Explainer, q: str, description: str) -> list[lis
     matrices, softmax over the content pieces, sums per book word, means per query word."""
     import torch
 
-    from service.explain import is_content, words_of
+    from service.engine.word_attention import is_content, words_of
 
     assert explainer.encoder is not None
     (qt,) = explainer.encoder.token_embeddings([q])
@@ -119,7 +119,7 @@ def test_a_huge_description_is_explained_in_bounded_time_up_to_a_limit(
     response says where that stops, and the rest of the description is still returned."""
     import time
 
-    from service.explainer import MAX_EXPLAINED_CHARS
+    from service.engine.explainer import MAX_EXPLAINED_CHARS
 
     huge = " ".join(["Filler words about nothing in particular."] * 28_000) + " A dragon sleeps."
     t0 = time.perf_counter()

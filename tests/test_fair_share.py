@@ -16,9 +16,9 @@ import torch
 from sqlalchemy import Engine
 
 from conftest import FakeEncoder, index_books
-from service.main import build_searcher
-from service.schemas import SearchOptions, SearchResponse
-from service.searcher import BUDGET_FLOOR, Searcher
+from service.engine.results import SearchResult
+from service.engine.searcher import BUDGET_FLOOR, Searcher, SearchOptions
+from service.engine.startup import build_searcher
 from service.settings import ServiceSettings
 
 BOOKS: list[dict[str, object]] = [
@@ -53,13 +53,13 @@ def test_a_single_query_is_not_kept_behind_big_batches(searcher: Searcher) -> No
     finished: list[str] = []  # the order requests were answered in
     lock = threading.Lock()
 
-    async def one(name: str, queries: list[str]) -> list[SearchResponse]:
+    async def one(name: str, queries: list[str]) -> list[SearchResult]:
         responses = await searcher.search(queries, SearchOptions(k=5))
         with lock:
             finished.append(name)
         return responses
 
-    async def load() -> list[list[SearchResponse]]:
+    async def load() -> list[list[SearchResult]]:
         big = [
             one(f"big{r}", [f"{w} tale {r} {i}" for i, w in enumerate(["wizard", "space"] * 32)])
             for r in range(BIG_REQUESTS)
@@ -80,7 +80,7 @@ def test_a_single_query_is_not_kept_behind_big_batches(searcher: Searcher) -> No
     ]
     for response in [single, bigs[0][0], bigs[7][63], bigs[19][31]]:
         alone = searcher.search_now([response.query], SearchOptions(k=5))[0]
-        assert [h.id for h in response.results] == [h.id for h in alone.results]
+        assert [h.book.id for h in response.results] == [h.book.id for h in alone.results]
         assert [h.weight for h in response.results] == pytest.approx(
             [h.weight for h in alone.results], rel=1e-5
         )
@@ -142,14 +142,14 @@ def test_a_request_answered_over_several_batches_is_one_generation(
     url = index_books(engine, tmp_path, BOOKS, RandomEncoder())
     settings = ServiceSettings(database_url=url, device="cpu", max_batch=8)
     s = build_searcher(settings, engine=engine, encoder=RandomEncoder())
-    older = s.ranker.generation
+    older = s.index.generation
     extra: dict[str, object] = {"id": "new", "title": "A new book", "description": "new"}
     index_books(engine, tmp_path, [*BOOKS, extra], RandomEncoder())
-    newer = build_searcher(settings, engine=engine, encoder=RandomEncoder()).ranker
+    newer = build_searcher(settings, engine=engine, encoder=RandomEncoder()).index
     assert newer.generation != older
 
     def swap_after_the_first_batch(_size: int) -> None:
-        s.ranker = newer  # as the reloader swaps a generation in, between two batches
+        s.index = newer  # as the reloader swaps a generation in, between two batches
 
     s.on_batch = swap_after_the_first_batch
     s.start()

@@ -33,7 +33,7 @@ from conftest import BACKENDS, FakeEncoder, index_demo_catalog, new_database
 from indexer import db, pipeline
 from indexer.catalog import MAX_DEPTH
 from indexer.settings import IndexSettings
-from service.main import create_app
+from service.api.main import create_app
 from service.settings import ServiceSettings
 
 EXAMPLES_PER_OPERATION = 60

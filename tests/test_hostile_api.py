@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from conftest import ATTEND, FakeEncoder
-from service.main import create_app
+from service.api.main import create_app
 from service.settings import ServiceSettings
 
 TOKEN = "hostile-admin-token-0123456789"

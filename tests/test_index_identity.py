@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from conftest import PG_URL, FakeEncoder, index_books, write_jsonl
 from indexer import db, pipeline, store
 from indexer.settings import IndexSettings
-from service.main import create_app
+from service.api.main import create_app
 from service.settings import ServiceSettings
 
 OLD: list[dict[str, object]] = [
@@ -247,13 +247,13 @@ def test_a_database_down_is_logged_once_per_outage_without_a_traceback(
     import logging
     import time
 
-    from service.reloader import GenerationWatcher
+    from service.engine.reloader import GenerationWatcher
 
     url = index_books(engine, tmp_path, OLD)
     with _serve(url) as client:
         searcher = client.app.state.searcher  # type: ignore[attr-defined]
         watcher = GenerationWatcher(
-            engine=engine, searcher=searcher, build=lambda *_: searcher.ranker, poll_s=0.02
+            engine=engine, searcher=searcher, build=lambda *_: searcher.index, poll_s=0.02
         )
         if engine.dialect.name == "sqlite":
             _remove_sqlite(_sqlite_file(engine))
@@ -265,10 +265,10 @@ def test_a_database_down_is_logged_once_per_outage_without_a_traceback(
                     conn.execute(text(f'DROP DATABASE "{engine.url.database}" WITH (FORCE)'))
             finally:
                 admin.dispose()
-        with caplog.at_level(logging.INFO, logger="service.reloader"):
+        with caplog.at_level(logging.INFO, logger="service.engine.reloader"):
             watcher.start()
             time.sleep(0.5)  # about 25 polls
             watcher.close()
-    records = [r for r in caplog.records if r.name == "service.reloader"]
+    records = [r for r in caplog.records if r.name == "service.engine.reloader"]
     assert [r.levelname for r in records] == ["WARNING"], records
     assert "does not answer" in records[0].getMessage() and records[0].exc_info is None

@@ -9,7 +9,7 @@ from bm25s.tokenization import Tokenizer
 
 from indexer.catalog import read_catalog
 from indexer.data import DEMO_CATALOG
-from service.lexical import LexicalIndex, book_document
+from service.engine.lexical import LexicalIndex, book_document
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""The exact mixture top-k against a brute-force (B, N) computation in float64."""
+"""The exact mixture top-k (`mix_topk`, as the search runs it: dense heads in this process,
+scored heads beside them) against a brute-force (B, N) computation in float64."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 import torch
 
 import models.heads
-from models.heads import DenseHead, ScoredHead
-from models.mixture import mixture_topk
+from models.heads import DenseHead, LocalDenseHeads, ScoredHead
+from models.mixture import Mixture, mix_topk
 
 
 def _unit(n: int, d: int, seed: int) -> torch.Tensor:
@@ -31,9 +32,27 @@ def _brute(heads: list[DenseHead | ScoredHead], pi: torch.Tensor, mask: torch.Te
     return (p * pi.double()[:, None, :]).sum(-1), p
 
 
+def _mix(
+    heads: list[DenseHead | ScoredHead],
+    pi: torch.Tensor,
+    *,
+    k: int,
+    mask: torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    entropy: bool = False,
+) -> Mixture:
+    """`heads` (the dense ones first, as a search orders them) mixed by π."""
+    dense = [h for h in heads if isinstance(h, DenseHead)]
+    scored = [h for h in heads if isinstance(h, ScoredHead)]
+    assert heads == [*dense, *scored]
+    N = dense[0].keys.shape[0] if dense else scored[0].scores.shape[1]
+    local = LocalDenseHeads(dense, size=N, mask=mask, chunk_size=chunk_size)
+    return mix_topk(local, scored, pi, k=k, mask=mask, entropy=entropy)
+
+
 @pytest.mark.parametrize("use_mask", [False, True])
 @pytest.mark.parametrize("keep_scores", [True, False])
-def test_mixture_topk_is_exact(
+def test_the_mixture_top_k_is_exact(
     use_mask: bool, keep_scores: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Both ways the entropy sweep gets its dense scores: kept from the heads' attend calls
@@ -52,7 +71,7 @@ def test_mixture_topk_is_exact(
     ]
     pi = torch.tensor([[0.3, 0.5, 0.2], [0.0, 1.0, 0.0], [0.1, 0.1, 0.8]])
     mask = torch.rand(N, generator=torch.Generator().manual_seed(5)) > 0.3 if use_mask else None
-    got = mixture_topk(heads, pi, k=k, mask=mask, chunk_size=512, entropy=True)
+    got = _mix(heads, pi, k=k, mask=mask, chunk_size=512, entropy=True)
     want_w, want_p = _brute(heads, pi, mask)
     top_w, top_i = want_w.topk(k, dim=-1)
     assert torch.equal(got.indices, top_i)
@@ -67,7 +86,7 @@ def test_mixture_topk_is_exact(
     assert got.matched.tolist() == [want_matched] * B
 
 
-def test_mixture_topk_needs_more_rounds_when_heads_disagree() -> None:
+def test_the_mixture_needs_more_rounds_when_heads_disagree() -> None:
     # two heads whose top lists are disjoint and flat: the threshold forces a larger k'
     N, k = 2000, 5
     a = torch.zeros(1, N)
@@ -77,7 +96,7 @@ def test_mixture_topk_needs_more_rounds_when_heads_disagree() -> None:
     a[0, 1500] = b[0, 500] = 0.995  # books good in both heads
     heads: list[DenseHead | ScoredHead] = [ScoredHead(a, 20.0), ScoredHead(b, 20.0)]
     pi = torch.tensor([[0.5, 0.5]])
-    got = mixture_topk(heads, pi, k=k)
+    got = _mix(heads, pi, k=k)
     want, _ = _brute(heads, pi, None)
     assert torch.equal(got.indices, want.topk(k, dim=-1).indices)
     assert set(got.indices[0, :2].tolist()) == {500, 1500}
@@ -93,29 +112,7 @@ def test_grouped_dense_heads_match_separate_calls() -> None:
         DenseHead(liked[i : i + 1], keys, 20.0) for i in range(3)
     ]
     pi = torch.full((1, 3), 1 / 3)
-    got = mixture_topk(heads, pi, k=4)
+    got = _mix(heads, pi, k=4)
     want, _ = _brute(heads, pi, None)
     assert torch.equal(got.indices, want.topk(4, dim=-1).indices)
     torch.testing.assert_close(got.shares.sum(-1), got.weights)
-
-
-def test_heads_may_come_in_any_order() -> None:
-    # the heads' columns (π, shares, probabilities, scores, log-sum-exps) follow the order given
-    N, d, B = 400, 8, 2
-    q, keys = _unit(B, d, 11), _unit(N, d, 12)
-    bm25 = torch.zeros(B, N)
-    bm25[:, 10:30] = torch.rand(B, 20, generator=torch.Generator().manual_seed(13)) * 8
-    pi = torch.tensor([[0.4, 0.6], [0.7, 0.3]])
-    scored_first = mixture_topk(
-        [ScoredHead(bm25, 1.0), DenseHead(q, keys, 20.0)], pi, k=6, entropy=True
-    )
-    dense_first = mixture_topk(
-        [DenseHead(q, keys, 20.0), ScoredHead(bm25, 1.0)], pi.flip(1), k=6, entropy=True
-    )
-    assert torch.equal(scored_first.indices, dense_first.indices)
-    assert torch.equal(scored_first.weights, dense_first.weights)
-    for name in ("shares", "probs", "scores"):
-        assert torch.equal(getattr(scored_first, name), getattr(dense_first, name).flip(2))
-    assert torch.equal(scored_first.logsumexp, dense_first.logsumexp.flip(1))
-    assert scored_first.entropy is not None and dense_first.entropy is not None
-    assert torch.equal(scored_first.entropy, dense_first.entropy)

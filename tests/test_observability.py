@@ -13,8 +13,8 @@ from sqlalchemy import create_engine
 
 from conftest import FakeEncoder
 from indexer import db
+from service.api.main import create_app
 from service.logs import JsonFormatter
-from service.main import create_app
 from service.settings import ServiceSettings
 
 SECRET = "Bearer s3cret-admin-token-never-logged"
@@ -110,7 +110,7 @@ def test_one_log_line_per_request_without_headers_or_query_text(
             headers={"Authorization": SECRET},
         )
         client.get("/books/x", headers={"Authorization": SECRET})
-    lines = [r for r in caplog.records if r.name == "service.telemetry"]
+    lines = [r for r in caplog.records if r.name == "service.api.telemetry"]
     assert [(r.method, r.route, r.status) for r in lines] == [  # type: ignore[attr-defined]
         ("GET", "/search", 200),
         ("GET", "/books/{book_id}", 404),

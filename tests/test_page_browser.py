@@ -19,7 +19,7 @@ import uvicorn
 from conftest import FakeEncoder, free_port, write_jsonl
 from indexer import db, pipeline
 from indexer.settings import IndexSettings
-from service.main import create_app
+from service.api.main import create_app
 from service.settings import ServiceSettings
 
 CHROMIUM = "/usr/bin/chromium"

@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +20,10 @@ from indexer.data import DEMO_CATALOG
 from indexer.settings import IndexSettings
 from models.encoder import SentenceTransformerEncoder
 from service.cli import build_parser
-from service.ranker import Filters, Ranker
+from service.engine.filters import Filters
+from service.engine.query_ranking import rank_queries
+from service.engine.served_index import ServedIndex
+from service.settings import ServiceSettings
 
 pytest.importorskip("ray", reason="the ray engine is an extra: pip install 'attend[ray]'")
 from indexer import ray_embed
@@ -70,15 +74,22 @@ def _load(url: str, model: str) -> store.LoadedIndex:
 def _assert_same_index(
     a: store.LoadedIndex, b: store.LoadedIndex, encoder: SentenceTransformerEncoder
 ) -> None:
-    assert a.ids == b.ids and a.titles == b.titles and a.years == b.years
+    assert a.books == b.books
     assert set(a.keys) == set(b.keys)
     for field in a.keys:
         np.testing.assert_allclose(a.keys[field], b.keys[field], rtol=0, atol=2e-6)
+    assert a.values is not None and b.values is not None
     np.testing.assert_allclose(a.values, b.values, rtol=0, atol=2e-6)
     q = encoder.encode(QUERIES)
-    filters = [Filters(), Filters(year_min=2000), Filters()]
-    want = Ranker(a, device="cpu").rank(q, k=10, scale=20.0, filters=filters)
-    got = Ranker(b, device="cpu").rank(q, k=10, scale=20.0, filters=filters)
+    settings = ServiceSettings()
+    args: dict[str, Any] = {
+        "k": 10,
+        "heads": [settings.default_heads] * len(QUERIES),
+        "scales": settings.scales,
+        "filters": [Filters(), Filters(year_min=2000), Filters()],
+    }
+    want = rank_queries(ServedIndex.local(a, device="cpu"), q, QUERIES, **args)
+    got = rank_queries(ServedIndex.local(b, device="cpu"), q, QUERIES, **args)
     for w, g in zip(want, got, strict=True):
         assert [h.row for h in g.hits] == [h.row for h in w.hits]
         assert [h.weight for h in g.hits] == pytest.approx([h.weight for h in w.hits], rel=1e-4)

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from conftest import ATTEND, attend_index, free_port, write_jsonl
 from indexer.data import DEMO_CATALOG
-from service.main import create_app
+from service.api.main import create_app
 from service.settings import ServiceSettings
 
 pytest.importorskip("ray", reason="the ray engine is an extra: pip install 'attend[ray]'")

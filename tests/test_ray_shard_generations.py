@@ -15,12 +15,13 @@ from conftest import FakeEncoder, write_jsonl
 from indexer import pipeline
 from indexer.data import DEMO_CATALOG
 from indexer.settings import IndexSettings
-from service.ranker import Filters
+from service.engine.filters import Filters
 from service.settings import ServiceSettings
 
 pytest.importorskip("ray", reason="the ray engine is an extra: pip install 'attend[ray]'")
 
-from service.ray_serve import ShardDeployment
+from service.cluster.deployments import ShardDeployment
+from service.cluster.shard import ShardQuery
 
 
 def _index(engine: Engine, path: Path) -> None:
@@ -48,14 +49,14 @@ def test_shard_holds_generations_side_by_side(engine: Engine, tmp_path: Path) ->
         assert layout == {g1: (10, 20, 20), g2: (7, 15, 15)}
 
         q = FakeEncoder().encode(["deep learning"])
-        heads = [("description", 20.0)]
-        old, held = asyncio.run(shard.top(g1, q, heads, 5, [Filters()]))
-        new, _ = asyncio.run(shard.top(g2, q, heads, 5, [Filters()]))
+        query = ShardQuery(q, [("description", 20.0)], [Filters()])
+        old, held = asyncio.run(shard.top(g1, query, 5))
+        new, _ = asyncio.run(shard.top(g2, query, 5))
         assert old is not None and new is not None and held == [g1, g2]
         assert int(old[0].indices.max()) >= 15 and int(new[0].indices.max()) < 15  # global rows
-        assert asyncio.run(shard.top(g2 + 1, q, heads, 5, [Filters()])) == (None, [g1, g2])
+        assert asyncio.run(shard.top(g2 + 1, query, 5)) == (None, [g1, g2])
         cand = torch.tensor([[10]])
-        assert asyncio.run(shard.scores(g2 + 1, q, heads, cand))[0] is None
+        assert asyncio.run(shard.scores(g2 + 1, query, cand))[0] is None
 
         asyncio.run(shard.drop_before(g2))
         assert asyncio.run(shard.describe()) == {g2: (7, 15, 15)}

@@ -17,11 +17,12 @@ from sqlalchemy.orm import Session
 
 from conftest import FakeEncoder, index_books
 from indexer import store
-from service.errors import IndexEmptyError
-from service.main import build_searcher
-from service.ranker import Ranker, key_dtype_for
-from service.schemas import SearchOptions, SearchResponse
-from service.searcher import QueryCache, Searcher
+from service.engine.exceptions import IndexEmptyError
+from service.engine.filters import Filters
+from service.engine.results import SearchResult
+from service.engine.searcher import QueryCache, Searcher, SearchOptions
+from service.engine.served_index import LocalKeys, ServedIndex, key_dtype_for
+from service.engine.startup import build_searcher
 from service.settings import ServiceSettings
 
 
@@ -52,9 +53,9 @@ QUERIES = ["neural database", "wizard magic", "desert spice", "history war", "st
 OPTIONS = [
     SearchOptions(k=5),
     SearchOptions(k=3, offset=2),
-    SearchOptions(k=10, language="fre"),
-    SearchOptions(k=4, year_min=1980, author="author 2"),
-    SearchOptions(k=1, author="nobody"),
+    SearchOptions(k=10, filters=Filters(language="fre")),
+    SearchOptions(k=4, filters=Filters(year_min=1980, author="author 2")),
+    SearchOptions(k=1, filters=Filters(author="nobody")),
 ]
 
 
@@ -73,9 +74,9 @@ def searcher(engine: Engine, tmp_path: Path) -> Iterator[Searcher]:
     s.close()
 
 
-def _same(a: SearchResponse, b: SearchResponse) -> None:
+def _same(a: SearchResult, b: SearchResult) -> None:
     assert (a.query, a.matched, a.k, a.offset) == (b.query, b.matched, b.k, b.offset)
-    assert [h.id for h in a.results] == [h.id for h in b.results]
+    assert [h.book.id for h in a.results] == [h.book.id for h in b.results]
     assert [h.rank for h in a.results] == [h.rank for h in b.results]
     for x, y in zip(a.results, b.results, strict=True):
         assert math.isclose(x.weight, y.weight, rel_tol=1e-5)
@@ -83,7 +84,7 @@ def _same(a: SearchResponse, b: SearchResponse) -> None:
 
 
 def test_concurrent_searches_are_batched_and_answer_as_alone(searcher: Searcher) -> None:
-    async def together() -> list[list[SearchResponse]]:
+    async def together() -> list[list[SearchResult]]:
         return await asyncio.gather(
             *(searcher.search([q], o) for q, o in zip(QUERIES, OPTIONS, strict=True))
         )
@@ -94,7 +95,7 @@ def test_concurrent_searches_are_batched_and_answer_as_alone(searcher: Searcher)
         _same(response, searcher.search_now([q], o)[0])
     assert batched[4][0].matched == 0 and batched[4][0].results == []
     assert all(
-        h.id
+        h.book.id
         in {
             "b01",
             "b03",
@@ -119,7 +120,7 @@ def test_concurrent_searches_are_batched_and_answer_as_alone(searcher: Searcher)
 def test_max_batch_bounds_a_batch(searcher: Searcher) -> None:
     searcher.max_batch = 2
 
-    async def many() -> list[list[SearchResponse]]:
+    async def many() -> list[list[SearchResult]]:
         return await asyncio.gather(
             *(searcher.search([f"history {i}"], SearchOptions(k=2)) for i in range(7))
         )
@@ -175,19 +176,22 @@ def test_key_dtype_is_half_on_cuda_and_float32_on_cpu() -> None:
     assert key_dtype_for(torch.device("cpu"), "bfloat16") == torch.bfloat16
 
 
-def test_the_ranker_streams_the_loaded_keys_without_a_copy(engine: Engine, tmp_path: Path) -> None:
-    """The store loads keys column-major, the ranker's layout: on the CPU in float32 it keeps
-    those very arrays, and its `host_index` (what a generation diff is folded into) views them
+def test_the_served_index_streams_the_loaded_keys_without_a_copy(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """The store loads keys column-major, the served index's layout: on the CPU in float32 it
+    keeps those very arrays, and its `host_index` (what a generation diff is folded into) views them
     again: one copy of the keys in memory, not two."""
     _index_books(engine, tmp_path)
     with Session(engine) as session:
         index = store.load_index(session=session, model=RandomEncoder.name)
-    ranker = Ranker(index, device="cpu")
-    host = ranker.host_index()
+    served = ServedIndex.local(index, device="cpu")
+    host = served.host_index()
     for field, keys in index.keys.items():
-        streamed = ranker.keys_by_field[field]
+        assert isinstance(served.keys, LocalKeys)
+        streamed = served.keys.by_field[field]
         assert streamed.T.is_contiguous()  # (d, N) memory: q Kᵀ reads it in order
         assert np.shares_memory(streamed.numpy(), keys)
         assert np.shares_memory(host.keys[field], keys)
         assert np.array_equal(host.keys[field], keys)
-    assert host.values is host.keys["description"]  # V = K stays one array
+    assert host.values is None  # a search returns weights, not weights @ V: no values kept

@@ -6,6 +6,7 @@ weights, per-head scores, probabilities and shares, π and entropy."""
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -14,20 +15,23 @@ import torch
 from sqlalchemy.orm import Session
 
 from indexer import db, pipeline, store
+from indexer.book_columns import BookColumns
 from indexer.data import DEMO_CATALOG
 from indexer.settings import IndexSettings
 from models.attention import Attention, attend
 from models.encoder import SentenceTransformerEncoder
 from models.heads import ScoredHead
-from models.sharded import ShardAnswer, SparseScores, attend_shard, merge, split
-from service import recommender
-from service.heads import BookHeads, parse_heads
-from service.mixer import MixedHit, MixedRanking, rank_heads
-from service.ranker import RANK_FIELD, Filters, Ranker
-from service.schemas import SearchOptions, SearchResponse
-from service.searcher import Searcher
+from models.shard_merge import ShardAnswer, SparseScores, merge, split
+from service.api.search_schemas import PageAndFilters
+from service.cluster.router import sharded_index
+from service.cluster.shard import LocalShard, Shard, ShardQuery, ShardSweep
+from service.engine import book_ranking
+from service.engine.filters import Filters
+from service.engine.head_weights import BookHeads, parse_heads
+from service.engine.query_ranking import Hit, Ranking, rank_queries
+from service.engine.searcher import Searcher
+from service.engine.served_index import RANK_FIELD, ServedIndex
 from service.settings import ServiceSettings
-from service.sharded import LocalShard, Shard, ShardedRanker
 
 pytestmark = pytest.mark.model
 QUERIES = ["generative AI", "the history of Rome", "a picture book about a bear", "databases"]
@@ -85,18 +89,24 @@ def _sharded(
     q: torch.Tensor, keys: torch.Tensor, shards: int, mask: torch.Tensor | None, k: int
 ) -> Attention:
     answers = [
-        attend_shard(
-            q,
-            keys[a:b],
-            keys[a:b],
+        ShardAnswer.of(
+            attend(
+                q,
+                keys[a:b],
+                keys[a:b],
+                k=k,
+                scale=SCALE,
+                mask=None if mask is None else mask[..., a:b],
+            ),
             offset=a,
-            k=k,
-            scale=SCALE,
-            mask=None if mask is None else mask[..., a:b],
         )
         for a, b in split(len(keys), shards)
     ]
     return merge(answers, k=k)
+
+
+def _part(mask: torch.Tensor | None, a: int, b: int) -> torch.Tensor | None:
+    return None if mask is None else mask[..., a:b]
 
 
 def test_split_covers_every_row_once() -> None:
@@ -113,7 +123,7 @@ def test_shards_give_the_single_index_answer(
     keys = torch.from_numpy(index.keys[RANK_FIELD])  # (N, d)
     q = encoder.encode(QUERIES)  # (B, d)
     N = len(keys)
-    years = torch.tensor([y or 0 for y in index.years])
+    years = torch.tensor([y or 0 for y in index.books.years])
     mask = {
         "none": None,
         "shared": years >= 2000,  # (N,)
@@ -152,19 +162,20 @@ def test_equal_weights_come_in_row_order_whatever_the_shards() -> None:
         torch.testing.assert_close(got.weights.sum(), torch.tensor(1.0), rtol=1e-6, atol=0.0)
 
 
-def test_sharded_ranker_ranks_like_the_ranker(
+def test_a_sharded_index_ranks_like_the_served_index(
     index: store.LoadedIndex, encoder: SentenceTransformerEncoder
 ) -> None:
-    """The service path: filters become each shard's own masks; hits, weights and matched
-    counts are the single Ranker's."""
+    """The description head alone, through the service's ranking: filters become each shard's
+    own masks; hits, weights and matched counts are the single process's."""
     q = encoder.encode(QUERIES)
     filters = [Filters(), Filters(year_min=2000), Filters(author="a"), Filters(language="zz")]
-    want = Ranker(index, device="cpu").rank(q, k=10, scale=SCALE, filters=filters)
+    args: dict[str, Any] = {"k": 10, "heads": [{RANK_FIELD: 1.0}] * 4, "scales": SCALES}
+    want = rank_queries(ServedIndex.local(index, device="cpu"), q, QUERIES, filters=filters, **args)
     for shards in (1, 2, 3):
         clients = [
             LocalShard(Shard(index, shard=s, shards=shards, device="cpu")) for s in range(shards)
         ]
-        got = ShardedRanker(index, clients).rank(q, k=10, scale=SCALE, filters=filters)
+        got = rank_queries(sharded_index(index, clients), q, QUERIES, filters=filters, **args)
         assert [r.matched for r in got] == [r.matched for r in want]
         assert want[3].matched == 0 and got[3].hits == []
         for g, w in zip(got, want, strict=True):
@@ -179,24 +190,21 @@ def test_sharded_ranker_ranks_like_the_ranker(
 
 def test_a_shard_with_no_rows_answers_nothing(index: store.LoadedIndex) -> None:
     tiny = Shard(index, shard=0, shards=len(index) + 1, device="cpu")  # rows [0, 0)
-    assert len(tiny.ranker) == 0
-    answer: ShardAnswer = tiny.attend(
-        torch.from_numpy(index.keys[RANK_FIELD][:2]), k=3, scale=SCALE, filters=[Filters()] * 2
-    )
+    assert len(tiny) == 0
+    q = torch.from_numpy(index.keys[RANK_FIELD][:2])
+    (answer,) = tiny.top(ShardQuery(q, [(RANK_FIELD, SCALE)], [Filters()] * 2), 3)
     assert answer.indices.shape == (2, 0) and torch.all(torch.isneginf(answer.logsumexp))
 
 
 def test_a_shard_with_no_rows_adds_nothing_to_a_mixture(index: store.LoadedIndex) -> None:
     tiny = Shard(index, shard=0, shards=len(index) + 1, device="cpu")  # rows [0, 0)
     q = torch.from_numpy(index.keys[RANK_FIELD][:2])
-    heads = [("title", SCALE), (RANK_FIELD, SCALE)]
+    query = ShardQuery(q, [("title", SCALE), (RANK_FIELD, SCALE)], [Filters()] * 2)
     cand = torch.tensor([[0, 5, -1], [3, 4, 7]])
     zeros = torch.zeros(2, 3, 2, dtype=torch.float64)
-    assert torch.equal(tiny.scores(q, heads=heads, cand=cand), zeros)
+    assert torch.equal(tiny.scores(query, cand), zeros)
     pi, lse = torch.full((2, 2), 0.5, dtype=torch.float64), torch.zeros(2, 2, dtype=torch.float64)
-    scores, entropy = tiny.sweep(
-        q, heads=heads, filters=[Filters()] * 2, pi=pi, lse=lse, cand=cand, scored=[]
-    )
+    scores, entropy = tiny.sweep(query, ShardSweep(pi, lse, cand, []))
     assert torch.equal(scores, zeros)
     assert torch.equal(entropy, torch.zeros(2, dtype=torch.float64))
 
@@ -204,7 +212,7 @@ def test_a_shard_with_no_rows_adds_nothing_to_a_mixture(index: store.LoadedIndex
 def test_shards_must_tile_the_catalog(index: store.LoadedIndex) -> None:
     shard = LocalShard(Shard(index, shard=0, shards=2, device="cpu"))
     with pytest.raises(ValueError, match="do not tile"):
-        ShardedRanker(index, [shard])
+        sharded_index(index, [shard])
 
 
 def test_sparse_scores_rebuild_a_shards_slice() -> None:
@@ -223,31 +231,29 @@ def test_sparse_scores_rebuild_a_shards_slice() -> None:
         assert rebuilt.scale == 1.5 and torch.equal(rebuilt.scores, scores[:, start:stop])
 
 
-def _searcher(encoder: SentenceTransformerEncoder, ranker: Ranker) -> Searcher:
-    return Searcher(encoder, ranker, scales=SCALES, heads=DEFAULT_HEADS)
+def _searcher(encoder: SentenceTransformerEncoder, index: ServedIndex) -> Searcher:
+    return Searcher(encoder, index, scales=SCALES, heads=DEFAULT_HEADS)
 
 
-def _sharded_ranker(
-    catalog: tuple[store.LoadedIndex, list[str | None]], shards: int
-) -> ShardedRanker:
+def _router(catalog: tuple[store.LoadedIndex, list[str | None]], shards: int) -> ServedIndex:
     index, descriptions = catalog
     clients = [
         LocalShard(Shard(index, shard=s, shards=shards, device="cpu")) for s in range(shards)
     ]
-    return ShardedRanker(index, clients, descriptions=descriptions)
+    return sharded_index(index, clients, descriptions=descriptions)
 
 
 @pytest.fixture(scope="module")
-def single(catalog: tuple[store.LoadedIndex, list[str | None]]) -> Ranker:
+def single(catalog: tuple[store.LoadedIndex, list[str | None]]) -> ServedIndex:
     index, descriptions = catalog
-    return Ranker(index, device="cpu", descriptions=descriptions)
+    return ServedIndex.local(index, device="cpu", descriptions=descriptions)
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["2-shards", "3-shards"])
 def sharded(
     request: pytest.FixtureRequest, catalog: tuple[store.LoadedIndex, list[str | None]]
-) -> ShardedRanker:
-    return _sharded_ranker(catalog, request.param)
+) -> ServedIndex:
+    return _router(catalog, request.param)
 
 
 def _close(got: Any, want: Any, path: str = "") -> None:
@@ -278,31 +284,31 @@ def _close(got: Any, want: Any, path: str = "") -> None:
 )
 def test_sharded_search_answers_like_one_process(
     encoder: SentenceTransformerEncoder,
-    single: Ranker,
-    sharded: ShardedRanker,
+    single: ServedIndex,
+    sharded: ServedIndex,
     heads: str | None,
     filters: dict[str, Any],
 ) -> None:
     """Through `Searcher.search_now`, as the service answers: the same responses, field by
     field, with the default heads, one head, and two; with and without filters."""
-    options = SearchOptions(k=10, offset=2, heads=heads, **filters)
+    options = PageAndFilters(k=10, offset=2, heads=heads, **filters).options()
     want = _searcher(encoder, single).search_now(SEARCHES, options)
     got = _searcher(encoder, sharded).search_now(SEARCHES, options)
     for g, w in zip(got, want, strict=True):
-        assert isinstance(g, SearchResponse) and g.entropy is not None
-        assert [h.id for h in g.results] == [h.id for h in w.results], g.query
-        _close(g.model_dump(), w.model_dump())
+        assert g.entropy is not None
+        assert [h.book.id for h in g.results] == [h.book.id for h in w.results], g.query
+        _close(asdict(g), asdict(w))
     assert any(r.results for r in want)
     if heads is None and not filters:  # the lexical head answers, or abstains without a word
-        assert not want[4].heads["lexical"].abstained and want[5].heads["lexical"].abstained
+        assert "lexical" in want[4].heads.weights and "lexical" in want[5].heads.abstained
 
 
-def _hit(hit: MixedHit) -> dict[str, Any]:
+def _hit(hit: Hit) -> dict[str, Any]:
     heads = {name: vars(part) for name, part in hit.heads.items()}
     return {"weight": hit.weight, "score": hit.score, "heads": heads}
 
 
-def _same_rankings(got: list[MixedRanking], want: list[MixedRanking]) -> None:
+def _same_rankings(got: list[Ranking], want: list[Ranking]) -> None:
     assert [r.matched for r in got] == [r.matched for r in want]
     assert [r.rounds for r in got] == [r.rounds for r in want]
     for g, w in zip(got, want, strict=True):
@@ -313,8 +319,8 @@ def _same_rankings(got: list[MixedRanking], want: list[MixedRanking]) -> None:
         assert math.isclose(g.entropy, w.entropy, rel_tol=1e-6)
 
 
-def test_sharded_rank_heads_with_heads_and_filters_per_query(
-    encoder: SentenceTransformerEncoder, single: Ranker, sharded: ShardedRanker
+def test_sharded_ranking_with_heads_and_filters_per_query(
+    encoder: SentenceTransformerEncoder, single: ServedIndex, sharded: ServedIndex
 ) -> None:
     """One batch whose queries each have their own heads and filters ((B, N) masks)."""
     q = encoder.encode(SEARCHES)
@@ -335,8 +341,8 @@ def test_sharded_rank_heads_with_heads_and_filters_per_query(
         Filters(),
     ]
     args: dict[str, Any] = {"k": 20, "heads": heads, "scales": SCALES}
-    want = rank_heads(single, q, SEARCHES, filters=filters, **args)
-    got = rank_heads(sharded, q, SEARCHES, filters=filters, **args)
+    want = rank_queries(single, q, SEARCHES, filters=filters, **args)
+    got = rank_queries(sharded, q, SEARCHES, filters=filters, **args)
     _same_rankings(got, want)
     assert want[3].matched == 0 and got[3].hits == []
     assert len(want[5].hits) == 20 and want[5].head_weights == {"lexical": 1.0}
@@ -356,12 +362,15 @@ def _disagreeing_index(n: int = 2000) -> store.LoadedIndex:
         return k.float().numpy()
 
     description = keys(b)
-    return store.LoadedIndex(
+    books = BookColumns(
         ids=[f"book-{i}" for i in range(n)],
         titles=[f"Book {i}" for i in range(n)],
         authors=[[f"Author {i % 7}"] for i in range(n)],
         years=[1990 + i % 30 for i in range(n)],
         languages=["en"] * n,
+    )
+    return store.LoadedIndex(
+        books=books,
         keys={"title": keys(a), RANK_FIELD: description},
         values=description,
         model="crafted",
@@ -373,15 +382,15 @@ def _disagreeing_index(n: int = 2000) -> store.LoadedIndex:
 def test_sharded_threshold_rounds_give_the_single_answer(shards: int) -> None:
     """More than one threshold round: the shards' top k' again and the candidates' scores."""
     index = _disagreeing_index()
-    single = Ranker(index, device="cpu")
-    router = _sharded_ranker((index, [None] * len(index)), shards)
+    single = ServedIndex.local(index, device="cpu")
+    router = _router((index, [None] * len(index)), shards)
     q = torch.tensor([[1.0, 0.0, 0.0, 0.0]] * 3)
     texts = ["book", "author 3", "nothing here"]
     heads = [parse_heads("title:0.5,description:0.5")] * 2 + [parse_heads("title:1")]
     filters = [Filters(), Filters(year_min=2000), Filters(author="author 3")]
     args: dict[str, Any] = {"k": 5, "heads": heads, "scales": SCALES}
-    want = rank_heads(single, q, texts, filters=filters, **args)
-    got = rank_heads(router, q, texts, filters=filters, **args)
+    want = rank_queries(single, q, texts, filters=filters, **args)
+    got = rank_queries(router, q, texts, filters=filters, **args)
     assert want[0].rounds > 1
     assert {h.row for h in want[0].hits[:2]} == {500, 1500}
     _same_rankings(got, want)
@@ -398,23 +407,23 @@ BOOK_HEADS = [
 
 @pytest.mark.parametrize("heads", BOOK_HEADS)
 def test_sharded_similar_and_recommend_answer_like_one_process(
-    single: Ranker, sharded: ShardedRanker, heads: str | None
+    single: ServedIndex, sharded: ServedIndex, heads: str | None
 ) -> None:
     """Books as the queries: the liked books' keys come from the shards that hold them, and the
     sharded answer is the single process's, hit for hit and share for share."""
     default = ServiceSettings().similar
     book_heads = BookHeads(parse_heads(heads), default.scales) if heads else default
-    ids = single.ids
+    ids = single.books.ids
     for book_id in (ids[0], ids[len(ids) // 2], ids[-1]):  # rows in every shard
-        want = recommender.similar(single, book_id, k=8, heads=book_heads)
-        got = recommender.similar(sharded, book_id, k=8, heads=book_heads)
-        assert [h.id for h in got.results] == [h.id for h in want.results]
-        _close(got.model_dump(), want.model_dump())
+        want = book_ranking.similar(single, book_id, k=8, heads=book_heads)
+        got = book_ranking.similar(sharded, book_id, k=8, heads=book_heads)
+        assert [h.book.id for h in got.results] == [h.book.id for h in want.results]
+        _close(asdict(got), asdict(want))
     liked, disliked = [ids[1], ids[-2], ids[len(ids) // 3]], [ids[len(ids) // 2 + 1]]
-    want_r = recommender.recommend(single, liked, disliked, k=8, heads=book_heads)
-    got_r = recommender.recommend(sharded, liked, disliked, k=8, heads=book_heads)
-    assert [h.id for h in got_r.results] == [h.id for h in want_r.results]
-    _close(got_r.model_dump(), want_r.model_dump())
+    want_r = book_ranking.recommend(single, liked, disliked, k=8, heads=book_heads)
+    got_r = book_ranking.recommend(sharded, liked, disliked, k=8, heads=book_heads)
+    assert [h.book.id for h in got_r.results] == [h.book.id for h in want_r.results]
+    _close(asdict(got_r), asdict(want_r))
     for hit in want_r.results:
         assert math.isclose(sum(b.share for b in hit.because), 1.0, rel_tol=1e-9)
-        assert {hit.id}.isdisjoint(liked + disliked)
+        assert {hit.book.id}.isdisjoint(liked + disliked)

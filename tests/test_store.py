@@ -74,9 +74,9 @@ def test_vectors_round_trip_exactly(engine: Engine) -> None:
             # column-major: the layout the ranker streams, so it takes the array without a copy
             assert index.keys[f].dtype == np.float32 and index.keys[f].flags.f_contiguous
         assert index.values is index.keys["description"]  # V = K, one array
-        assert index.titles[3] == "Book 3"
-        assert index.authors[3] == ["Author 3", "Co Author"]
-        assert index.years[3] == 1993 and index.languages[3] == "eng"
+        assert index.books.titles[3] == "Book 3"
+        assert index.books.authors[3] == ["Author 3", "Co Author"]
+        assert index.books.years[3] == 1993 and index.books.languages[3] == "eng"
         vector = session.scalars(select(Vector)).first()
         assert vector is not None and (vector.model, vector.dim, vector.dtype) == (
             "m",
@@ -111,10 +111,10 @@ def test_a_reindex_writes_only_what_changed_and_keeps_the_old_generation(engine:
         assert (g2.books, g2.added, g2.updated, g2.removed) == (3, 0, 2, 1)
         now = store.load_index(session=session, model="m")
         assert now.ids == ["b000", "b001", "b002"] and now.generation == 2
-        assert now.titles[1] == "Renamed" and now.years[2] is None
+        assert now.books.titles[1] == "Renamed" and now.books.years[2] is None
         assert np.array_equal(now.keys["title"][1], vectors["Renamed"])
         before = store.load_index(session=session, model="m", generation=1)  # still there
-        assert before.ids == [r.id for r in records] and before.titles[1] == "Book 1"
+        assert before.ids == [r.id for r in records] and before.books.titles[1] == "Book 1"
         assert store.get_book(session=session, book_id="b003") is None
         old = store.get_book(session=session, book_id="b003", generation=1)
         assert old is not None and old.title == "Book 3"
@@ -123,8 +123,8 @@ def test_a_reindex_writes_only_what_changed_and_keeps_the_old_generation(engine:
         assert sorted(diff.removed) == ["b001", "b002", "b003"]
         assert diff.added.ids == ["b001", "b002"]
         merged = store.apply_diff(before, diff)
-        assert merged.ids == now.ids and merged.titles == now.titles
-        assert merged.years == now.years and merged.generation == 2
+        assert merged.ids == now.ids and merged.books.titles == now.books.titles
+        assert merged.books.years == now.books.years and merged.generation == 2
         for f in now.keys:
             assert np.array_equal(merged.keys[f], now.keys[f])
         assert merged.values is merged.keys["description"]

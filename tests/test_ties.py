@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import Engine
 
 from conftest import FakeEncoder, index_books
-from service.main import build_searcher
-from service.schemas import SearchOptions, SearchResponse
-from service.searcher import Searcher
+from service.engine.results import SearchResult
+from service.engine.searcher import Searcher, SearchOptions
+from service.engine.startup import build_searcher
 from service.settings import ServiceSettings
 
 # Ten groups of twelve books with the same title and description: twelve-way exact ties
@@ -47,21 +47,21 @@ def searcher(engine: Engine, tmp_path: Path) -> Iterator[Searcher]:
     yield s
 
 
-def _order(r: SearchResponse) -> list[str]:
-    return [h.id for h in r.results]
+def _order(r: SearchResult) -> list[str]:
+    return [h.book.id for h in r.results]
 
 
 @pytest.mark.parametrize("k", [5, 20])
 def test_ties_come_out_in_row_order_alone_or_batched(searcher: Searcher, k: int) -> None:
     options = SearchOptions(k=k)
-    rows = {book_id: row for row, book_id in enumerate(searcher.ranker.ids)}
+    rows = {book_id: row for row, book_id in enumerate(searcher.index.books.ids)}
     for q in QUERIES:
         alone = searcher.search_now([q], options)[0]
         assert alone.results
         # equal weights: ascending catalog row
         for a, b in zip(alone.results, alone.results[1:], strict=False):
             if a.weight == b.weight:
-                assert rows[a.id] < rows[b.id], (q, a.id, b.id)
+                assert rows[a.book.id] < rows[b.book.id], (q, a.book.id, b.book.id)
         for size in (2, 7, 64):
             batch = [*OTHERS[: size - 1], q]
             batched = searcher.search_now(batch, options)[-1]

@@ -1,0 +1,226 @@
+"""Bodies of the per-book endpoints: a book, its explanation, similar books, recommendations;
+and the functions that turn the engine's answers into them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.api.search_schemas import (
+    MAX_K,
+    BookFieldsOut,
+    HeadShare,
+    HeadsInfo,
+    HeadWeights,
+    Query,
+)
+from service.engine.explainer import BookExplanation
+from service.engine.head_weights import HEADS
+from service.engine.results import Recommendations, SimilarBooks
+
+MAX_LIKED = 100
+BookId = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class BookOut(BaseModel):
+    id: str
+    title: str
+    description: str | None
+    authors: list[str]
+    year: int | None
+    language: str | None
+    metadata: dict[str, Any] = Field(description="The catalog's other fields, as given.")
+
+
+class ExplainParams(BaseModel):
+    """`GET /books/{id}/explain` query parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    q: Query
+
+
+class QueryWord(BaseModel):
+    text: str
+    start: int = Field(description="Character offset of the word in the query.")
+    end: int
+
+
+class BookWord(BaseModel):
+    field: Literal["title", "description"]
+    text: str
+    start: int = Field(description="Character offset of the word in `field`'s text.")
+    end: int
+
+
+class Attended(BaseModel):
+    word: int = Field(description="Index into `book_words`.")
+    weight: float = Field(description="Share of the query word's attention on this book word.")
+
+
+class QueryWordAttention(BaseModel):
+    query_word: int = Field(description="Index into `query_words`.")
+    top: list[Attended] = Field(description="The book words it attends to most, best first.")
+
+
+class Highlight(BaseModel):
+    field: Literal["title", "description"]
+    start: int = Field(description="Character offset into `field`'s text.")
+    end: int
+    text: str
+    weight: float = Field(description="The largest attention a query word gives this word.")
+    query_words: list[int] = Field(description="Indices of the query words that attend to it.")
+
+
+class ExplainResponse(BaseModel):
+    id: str
+    query: str
+    title: str
+    description: str | None
+    explained_chars: int | None = Field(
+        description="How much of the description is explained: its first `explained_chars` "
+        "characters (all of it unless it is longer than 10,000; the search embedding itself "
+        "reads only the first 256 word pieces). Words past this offset are not in "
+        "`book_words`. null without a description."
+    )
+    scale: float = Field(description="Softmax scale of the token cross-attention.")
+    query_words: list[QueryWord] = Field(description="The query's content words (rows).")
+    book_words: list[BookWord] = Field(
+        description="The title's, then the description's, content words (columns)."
+    )
+    weights: list[list[float]] = Field(
+        description="Word × word cross-attention: row i is query word i's attention over "
+        "`book_words` (each row sums to 1)."
+    )
+    attends: list[QueryWordAttention]
+    highlights: list[Highlight] = Field(
+        description="Book words to mark: each is among a query word's top words with at least "
+        "0.1 of its attention. Offsets index the title or the description."
+    )
+
+
+_HEADS_TEXT = (
+    f"Head weights, e.g. `title:0.2,description:0.2,lexical:0.6` (heads: {', '.join(HEADS)}; "
+    "the book's title key, its description key, and BM25 with its title and authors as the "
+    "query; weights ≥ 0, not all 0, normalised to sum 1). Default: the service's "
+    "ATTEND_SIMILAR_HEADS."
+)
+
+
+class _WithHeads(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    heads: HeadWeights | None = Field(None, description=_HEADS_TEXT)
+
+
+class SimilarParams(_WithHeads):
+    k: int = Field(10, ge=1, le=MAX_K, description="How many books.")
+
+
+class RecommendRequest(_WithHeads):
+    """`POST /recommend`."""
+
+    liked: list[BookId] = Field(
+        min_length=1, max_length=MAX_LIKED, description="Ids of liked books: each one a query."
+    )
+    disliked: list[BookId] = Field(
+        default_factory=list,
+        max_length=MAX_LIKED,
+        description="Ids of disliked books: candidates like them are pushed down.",
+    )
+    k: int = Field(10, ge=1, le=MAX_K, description="How many recommendations.")
+
+
+class BookHit(BookFieldsOut):
+    rank: int
+    weight: float = Field(description="Attention weight; over every candidate they sum to 1.")
+
+
+class SimilarHit(BookHit):
+    score: float = Field(description="Cosine of this book's description key with the given book's.")
+    heads: dict[str, HeadShare] = Field(
+        description="Per head with a weight: its score, the book's weight in that head alone, "
+        "and its share of `weight` (the shares sum to `weight`)."
+    )
+
+
+class SimilarResponse(BaseModel):
+    id: str
+    title: str
+    scale: float = Field(description="Softmax scale of the description head.")
+    heads: HeadsInfo = Field(
+        description="The heads mixed, with their weights π and scales (a lexical head whose "
+        "query has no term in another book abstains)."
+    )
+    matched: int = Field(description="Candidates: the catalog less the book itself.")
+    results: list[SimilarHit]
+
+
+class Because(BaseModel):
+    id: str = Field(description="A liked book.")
+    title: str
+    share: float = Field(
+        description="Fraction of the result's weight that came from this liked book's "
+        "attention; a result's shares sum to 1."
+    )
+    heads: dict[str, float] = Field(
+        description="`share` split by head: the fraction of the result's weight that came "
+        "from this liked book through each head (they sum to `share`)."
+    )
+
+
+class RecommendHit(BookHit):
+    because: list[Because] = Field(description="Per liked book, largest share first.")
+
+
+class RecommendResponse(BaseModel):
+    liked: list[str]
+    disliked: list[str]
+    scale: float = Field(description="Softmax scale of the description head.")
+    heads: HeadsInfo = Field(
+        description="The heads mixed for every liked book, with their weights π (each liked "
+        "book's heads weigh π_h / |liked|) and scales."
+    )
+    matched: int = Field(description="Candidates: the catalog less the liked and disliked books.")
+    results: list[RecommendHit]
+
+
+def explain_response(e: BookExplanation) -> ExplainResponse:
+    book_words = [
+        BookWord(field=w.field, text=w.text, start=w.start, end=w.end) for w in e.words.book_words
+    ]
+    return ExplainResponse(
+        id=e.id,
+        query=e.query,
+        title=e.title,
+        description=e.description,
+        explained_chars=e.explained_chars,
+        scale=e.scale,
+        query_words=[QueryWord(text=w.text, start=w.start, end=w.end) for w in e.words.query_words],
+        book_words=book_words,
+        weights=[[round(v, 5) for v in row] for row in e.words.weights.tolist()],
+        attends=[
+            QueryWordAttention(query_word=i, top=[Attended(word=c, weight=v) for c, v in top])
+            for i, top in enumerate(e.attends)
+        ],
+        highlights=[
+            Highlight(
+                field=book_words[c].field,
+                start=book_words[c].start,
+                end=book_words[c].end,
+                text=book_words[c].text,
+                weight=w,
+                query_words=qs,
+            )
+            for c, w, qs in e.words.highlights
+        ],
+    )
+
+
+def similar_response(similar: SimilarBooks) -> SimilarResponse:
+    return SimilarResponse.model_validate(similar, from_attributes=True)
+
+
+def recommend_response(found: Recommendations) -> RecommendResponse:
+    return RecommendResponse.model_validate(found, from_attributes=True)

@@ -1,0 +1,188 @@
+"""The one place errors become HTTP answers: always `{"detail": "…"}`. The engine's errors
+(service/engine/exceptions.py) map to a status each; the API's own are here."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+
+from service.engine.exceptions import (
+    BadCatalogRequestError,
+    BookNotFoundError,
+    ExplanationUnavailableError,
+    IndexEmptyError,
+    JobNotFoundError,
+    JobRunningError,
+    NotReadyError,
+    ShardsOutOfStepError,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class AdminAuthError(PermissionError):
+    """No bearer token (401) or a wrong one (403) on an admin endpoint."""
+
+    def __init__(self, status_code: int, message: str):
+        self.status_code = status_code
+        super().__init__(message)
+
+
+NESTED_TOO_DEEP = (
+    "the body's JSON is nested too deeply: more levels than the parser takes (about 1,000)"
+)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        if err.get("type") == "json_invalid":
+            position = err["loc"][-1] if err.get("loc") else "?"
+            reason = err.get("ctx", {}).get("error", "JSON decode error")
+            parts.append(f"the body is not valid JSON: {reason} at character {position}")
+            continue
+        loc = tuple(err.get("loc", ()))
+        where = ".".join(str(p) for p in loc if p not in ("query", "body", "path"))
+        if not where and loc[:1] == ("body",):
+            where = "body"
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(parts) or "invalid request"
+
+
+def _not_json(request: Request, exc: RequestValidationError) -> str | None:
+    """The 415 message when a body was sent as something other than JSON, else None."""
+    if not any(tuple(err.get("loc", ()))[:1] == ("body",) for err in exc.errors()):
+        return None
+    content_type = request.headers.get("content-type")
+    if content_type is None:
+        return "the body needs Content-Type: application/json" if exc.body else None
+    media = content_type.split(";")[0].strip().lower()
+    if media == "application/json" or media.endswith("+json"):
+        return None
+    return f"the body must be JSON (Content-Type: application/json), not {media or 'empty'}"
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route of this path answers, for a 405's Allow header: the routes are
+    asked, one method at a time, whether they would take the request."""
+    return [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL
+            for route in request.app.router.routes
+        )
+    ]
+
+
+def document_errors(app: FastAPI) -> None:
+    """Make the OpenAPI schema say what errors look like: every 4xx and 5xx answer is
+    `ErrorDetail` (FastAPI's default says 422 is a list of validation errors; ours is a
+    sentence), every operation may answer 400 (a URL that is not UTF-8), and operations with a
+    body 413 and 415 (see service/api/guards.py)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = build()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components["ErrorDetail"] = _ERROR_SCHEMA
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+        for path in schema.get("paths", {}).values():
+            for operation in path.values():
+                responses = operation.setdefault("responses", {})
+                statuses = {"400": "The URL is not valid UTF-8."}
+                if "requestBody" in operation:
+                    statuses["413"] = "The body is larger than ATTEND_MAX_BODY_BYTES."
+                    statuses["415"] = "The body is not JSON."
+                    statuses["422"] = "The body is not valid for this operation."
+                for status, description in statuses.items():
+                    responses.setdefault(status, {"description": description})
+                for status, response in responses.items():
+                    if status[0] in "45":
+                        response["content"] = {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/ErrorDetail"}
+                            }
+                        }
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+_ERROR_SCHEMA = {
+    "title": "ErrorDetail",
+    "type": "object",
+    "properties": {"detail": {"type": "string", "description": "What was wrong, in a sentence."}},
+    "required": ["detail"],
+}
+
+
+# Domain errors whose message is the whole answer, by the status they answer with.
+_STATUS: dict[type[Exception], int] = {
+    BookNotFoundError: 404,
+    JobNotFoundError: 404,
+    JobRunningError: 409,
+    BadCatalogRequestError: 422,
+    IndexEmptyError: 503,
+    ExplanationUnavailableError: 503,
+    NotReadyError: 503,
+    ShardsOutOfStepError: 503,
+}
+
+
+def _detail_handler(status: int) -> Callable[[Request, Exception], Awaitable[Response]]:
+    async def handle(_: Request, exc: Exception) -> Response:
+        return JSONResponse({"detail": str(exc)}, status_code=status)
+
+    return handle
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    document_errors(app)
+
+    for exc_type, status in _STATUS.items():
+        app.add_exception_handler(exc_type, _detail_handler(status))
+
+    @app.exception_handler(AdminAuthError)
+    async def _auth(_: Request, exc: AdminAuthError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if message := _not_json(request, exc):
+            return JSONResponse({"detail": message}, status_code=415)
+        return JSONResponse({"detail": _validation_message(exc)}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):
+            # FastAPI's body reader answers 400 for any parse error but JSON's own; JSON nested
+            # past json.loads' recursion limit is bad input like any other invalid body: 422
+            return JSONResponse({"detail": NESTED_TOO_DEEP}, status_code=422)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # Starlette names only the first route's methods
+            headers["Allow"] = ", ".join(_allowed_methods(request))
+        return await http_exception_handler(
+            request, StarletteHTTPException(exc.status_code, exc.detail, headers)
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse(
+            {"detail": "internal error; the server log has the details"}, status_code=500
+        )

@@ -1,0 +1,176 @@
+"""The FastAPI app, `create_app(settings)`: routes, middleware, error handlers and the engine's
+lifetime. The one room that knows HTTP; the engine below it never does.
+
+catalog file → indexer (scan, embed, write a generation) → database → [start-up]
+engine.startup loads a ServedIndex → GET /search → api.routes.search → engine.searcher (batches
+concurrent queries, encodes them (B, d)) → engine.query_ranking → models.mixture →
+models.attention (exact top-k weights) → back up: engine.results.SearchResult →
+api.search_schemas.SearchResponse. A new generation → engine.reloader swaps the ServedIndex.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi_offline import FastAPIOffline
+
+from indexer.db import create_db_engine, ensure_schema
+from indexer.pipeline import ProgressSnapshot
+from models.encoder import Encoder
+from service.api.error_handlers import install_error_handlers
+from service.api.guards import BodySizeLimit, Utf8Url
+from service.api.metrics import GaugeReader, Metrics
+from service.api.routes import admin, books, explain, health, page, recommend, search
+from service.api.telemetry import RequestTelemetry
+from service.engine.explainer import Explainer
+from service.engine.notify import follow_generations
+from service.engine.reindex_jobs import ReindexJobs
+from service.engine.searcher import Searcher
+from service.engine.startup import (
+    IndexSource,
+    LocalIndexSource,
+    build_encoder,
+    build_searcher,
+    index_settings,
+)
+from service.settings import ServiceSettings
+
+logger = logging.getLogger(__name__)
+
+
+def add_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics) -> None:
+    """Outermost first: telemetry (sees every request, refused ones too), CORS (only when
+    origins are configured), then the guards (service/api/guards.py)."""
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=settings.max_body_bytes,
+        prefix_limits={"/admin/": settings.max_upload_bytes},
+    )
+    app.add_middleware(Utf8Url)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    app.add_middleware(RequestTelemetry, metrics=metrics)
+
+
+def add_generation_gauges(app: FastAPI, metrics: Metrics) -> None:
+    """The generation served, and the running (or last) re-index job's progress."""
+
+    def served() -> int | None:
+        return None if (searcher := _searcher(app)) is None else searcher.index.generation
+
+    def progress() -> ProgressSnapshot | None:
+        jobs: ReindexJobs | None = getattr(app.state, "jobs", None)
+        return None if jobs is None else jobs.status()
+
+    def field(name: str) -> GaugeReader:
+        return lambda: None if (p := progress()) is None else getattr(p, name)
+
+    metrics.gauge("attend_index_generation", "The index generation being served.", served)
+    metrics.gauge(
+        "attend_reindex_running",
+        "1 while an admin re-index job runs, else 0.",
+        lambda: (
+            None
+            if (p := progress()) is None
+            else float(p.state in ("validating", "indexing", "finishing"))
+        ),
+    )
+    metrics.gauge(
+        "attend_reindex_books_total", "Books in the re-index job's catalog.", field("total")
+    )
+    metrics.gauge(
+        "attend_reindex_books_done", "Books the re-index job has processed.", field("done")
+    )
+    metrics.gauge(
+        "attend_reindex_texts_embedded", "Texts the re-index job embedded.", field("embedded")
+    )
+
+
+def _searcher(app: FastAPI) -> Searcher | None:
+    """The app's searcher, once the start-up has made it."""
+    searcher: Searcher | None = getattr(app.state, "searcher", None)
+    return searcher
+
+
+def _catalog_size(app: FastAPI) -> int | None:
+    return None if (searcher := _searcher(app)) is None else len(searcher.index)
+
+
+def create_app(
+    settings: ServiceSettings | None = None,
+    *,
+    encoder: Encoder | None = None,
+    source: IndexSource | None = None,
+) -> FastAPI:
+    """The app for `settings` (read from the environment when None). `encoder` replaces the
+    configured model, for tests; `source` the index in this process (the Ray Serve router
+    passes its sharded one)."""
+    settings = settings or ServiceSettings()
+    source = source or LocalIndexSource(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_db_engine(settings.database_url)
+        try:
+            ensure_schema(engine, create_if_new=False)
+            app.state.engine = engine
+            model = encoder or build_encoder(settings)
+            searcher = build_searcher(settings, engine=engine, encoder=model, source=source)
+            watcher = source.follow(engine=engine, searcher=searcher)
+            jobs = ReindexJobs(
+                settings=index_settings(settings),
+                engine=engine,
+                encoder=model,
+                on_success=watcher.check if watcher is not None else lambda: None,
+            )
+            app.state.watcher, app.state.jobs = watcher, jobs
+            searcher.start()
+            stop_following = follow_generations(engine, watcher)
+            app.state.searcher = searcher
+            app.state.settings = settings
+            app.state.explainer = Explainer(searcher.encoder, scale=settings.scale)
+            try:
+                yield
+            finally:
+                stop_following()
+                jobs.close()
+                searcher.close()
+        finally:
+            engine.dispose()
+
+    # FastAPI's own /docs and /redoc load their scripts from a CDN: blank pages offline
+    app = FastAPIOffline(
+        title="Attend",
+        summary="Semantic book search ranked by attention, with the weights in every answer.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    metrics = Metrics()
+    app.state.metrics = metrics
+    metrics.gauge(
+        "attend_catalog_books", "Books whose keys are loaded.", lambda: _catalog_size(app)
+    )
+    add_generation_gauges(app, metrics)
+    metrics.batch_sizes(lambda: None if (s := _searcher(app)) is None else dict(s.batch_counts))
+    install_error_handlers(app)
+    add_middleware(app, settings, metrics)
+    app.include_router(page.router)
+    app.include_router(search.router)
+    # before books: /books/{id:path} would otherwise take /books/x/explain as the id "x/explain"
+    app.include_router(explain.router)
+    app.include_router(recommend.router)
+    app.include_router(books.router)
+    app.include_router(health.router)
+    app.state.admin_token = settings.admin_token
+    if settings.admin_token is not None:  # no token: the admin endpoints do not exist
+        app.include_router(admin.router)
+    return app

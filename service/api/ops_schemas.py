@@ -1,0 +1,67 @@
+"""Bodies of the operator's endpoints: health, readiness and re-index jobs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Health(BaseModel):
+    status: str
+    catalog_size: int
+    model: str
+    device: str
+    generation: int | None = Field(None, description="The index generation being served.")
+
+
+class Ready(BaseModel):
+    status: str = Field(description="`ready`.")
+    catalog_size: int = Field(description="Books whose keys are loaded.")
+
+
+class ReindexRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    catalog: str = Field(
+        min_length=1,
+        description="Path of a .jsonl or .csv catalog on the server (or upload one as the "
+        "multipart/form-data file field `catalog`).",
+    )
+    keep_missing: bool = Field(
+        False, description="Keep books the catalog lacks (default: the catalog is a snapshot)."
+    )
+    skip_invalid: bool = Field(
+        False, description="Index the valid rows of a catalog with bad ones (default: refuse)."
+    )
+
+
+class JobProgress(BaseModel):
+    total: int = Field(description="Valid books in the catalog.")
+    done: int = Field(description="Books processed so far.")
+    embedded: int = Field(description="Texts embedded so far.")
+    books_per_second: float
+    eta_s: float | None
+    generation: int | None = Field(description="The generation being built.")
+
+
+class JobReport(BaseModel):
+    added: int
+    updated: int
+    unchanged: int
+    removed: int
+    rejected: int
+    embedded: int
+    generation: int | None = Field(description="The active generation after the job.")
+    seconds: float
+
+
+class JobOut(BaseModel):
+    id: str
+    state: str = Field(description="queued, running, succeeded or failed.")
+    catalog: str
+    created_at: datetime
+    finished_at: datetime | None
+    progress: JobProgress
+    report: JobReport | None = Field(description="The summary, once the job succeeded.")
+    error: str | None

@@ -1,0 +1,228 @@
+"""Bodies of search: its parameters, its response, and what every ranked response shares (head
+info, a hit's book fields). Field descriptions show in /docs. The engine answers in plain
+dataclasses (service/engine/results.py); `search_response` turns one into this schema."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, fields, is_dataclass
+from typing import Annotated, Any, Self
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from indexer.book_columns import BookFields
+from service.engine.filters import Filters
+from service.engine.head_weights import HEADS, MAX_HEADS_CHARS, parse_heads
+from service.engine.results import HeadsUsed, SearchResult
+from service.engine.searcher import SearchOptions
+
+MAX_QUERY_CHARS = 512
+MAX_K = 100
+MAX_OFFSET = 1000
+MAX_BATCH_QUERIES = 64
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _clean_query(text: str) -> str:
+    text = text.strip()
+    if not text:
+        raise ValueError("the query is empty")
+    if _CONTROL.search(text):
+        raise ValueError("the query contains control characters")
+    return text
+
+
+Query = Annotated[
+    str,
+    Field(
+        max_length=MAX_QUERY_CHARS, description=f"Search text, 1 to {MAX_QUERY_CHARS} characters."
+    ),
+    AfterValidator(_clean_query),
+]
+
+
+def _parsed_heads(value: str) -> str:
+    parse_heads(value)  # ValueError: a 422 naming the problem
+    return value
+
+
+# `name:weight,…`, checked by parse_heads (a request's `heads`)
+HeadWeights = Annotated[
+    str, Field(min_length=1, max_length=MAX_HEADS_CHARS), AfterValidator(_parsed_heads)
+]
+
+
+class PageAndFilters(BaseModel):
+    """Paging and filters. Filters are the attention mask: the softmax runs over matching books."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    k: int = Field(10, ge=1, le=MAX_K, description="Results per page.")
+    offset: int = Field(0, ge=0, le=MAX_OFFSET, description="Results to skip (paging).")
+    author: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="Keep books with an author whose name contains this.",
+    )
+    year_min: int | None = Field(
+        None, ge=-5000, le=5000, description="Keep books from this year on."
+    )
+    year_max: int | None = Field(None, ge=-5000, le=5000, description="Keep books up to this year.")
+    language: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="Keep books in this language code (as in the catalog).",
+    )
+    heads: HeadWeights | None = Field(
+        None,
+        description=f"Head weights, e.g. `title:0.2,description:0.5,lexical:0.3` (heads: "
+        f"{', '.join(HEADS)}; weights ≥ 0, not all 0, normalised to sum 1; a head left out "
+        "gets 0). Default: the service's ATTEND_HEADS.",
+    )
+
+    @model_validator(mode="after")
+    def _years_in_order(self) -> Self:
+        if (
+            self.year_min is not None
+            and self.year_max is not None
+            and self.year_min > self.year_max
+        ):
+            raise ValueError(f"year_min ({self.year_min}) is after year_max ({self.year_max})")
+        return self
+
+    def options(self) -> SearchOptions:
+        """The engine's search options of this request."""
+        return SearchOptions(
+            k=self.k,
+            offset=self.offset,
+            filters=Filters(self.author, self.year_min, self.year_max, self.language),
+            heads=parse_heads(self.heads) if self.heads else None,
+        )
+
+
+class SearchParams(PageAndFilters):
+    """`GET /search` query parameters."""
+
+    q: Query
+
+
+class SearchRequest(PageAndFilters):
+    """`POST /search`: several queries answered in one batch."""
+
+    queries: list[Query] = Field(min_length=1, max_length=MAX_BATCH_QUERIES)
+
+
+class HeadShare(BaseModel):
+    score: float = Field(
+        description="The head's raw score: q·k with the field's key (title, description), or "
+        "the BM25 score (lexical)."
+    )
+    probability: float = Field(description="p_h: the book's weight in this head's softmax alone.")
+    share: float = Field(description="π_h · p_h: this head's part of the book's weight.")
+
+
+class HeadInfo(BaseModel):
+    weight: float = Field(description="π_h, the head's mixture weight (the heads' sum to 1).")
+    scale: float = Field(description="The head's softmax scale: logits = scale · score.")
+    abstained: bool = Field(
+        False,
+        description="True for a lexical head asked for whose query has no term in the catalog "
+        "(among the books the filters keep): its weight is 0 and the others are renormalised.",
+    )
+
+
+def head_info(used: object) -> object:
+    """The `heads` of a response from the engine's `HeadsUsed`: the heads that weighed in, then
+    those that abstained (anything else is validated as it is)."""
+    if not isinstance(used, HeadsUsed):
+        return used
+    info = {h: HeadInfo(weight=w, scale=used.scales[h]) for h, w in used.weights.items()}
+    info.update(
+        {h: HeadInfo(weight=0.0, scale=used.scales[h], abstained=True) for h in used.abstained}
+    )
+    return info
+
+
+# a response's `heads`, given as the engine's HeadsUsed
+HeadsInfo = Annotated[dict[str, HeadInfo], BeforeValidator(head_info)]
+
+
+class BookFieldsOut(BaseModel):
+    """A hit's book (its description and other fields: `GET /books/{id}`). Validated from an
+    engine hit, whose book's fields are under `book`, they are the hit's own here."""
+
+    id: str
+    title: str
+    authors: list[str]
+    year: int | None
+    language: str | None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _book_fields_inline(cls, hit: Any) -> Any:
+        book = getattr(hit, "book", None)
+        if not isinstance(book, BookFields) or not is_dataclass(hit):
+            return hit
+        found = {f.name: getattr(hit, f.name) for f in fields(hit) if f.name != "book"}
+        return {**asdict(book), **found}
+
+
+class SearchHit(BookFieldsOut):
+    rank: int = Field(description="1-based position in the whole ranking (offset included).")
+    score: float = Field(
+        description="Raw dot product q·k of the query and the book's description key "
+        "(cosine similarity: both have unit length)."
+    )
+    weight: float = Field(
+        description="The book's attention weight: Σ_h π_h · p_h, the mixture of the heads' "
+        "softmax distributions over all `matched` books. Weights of all matched books sum to 1."
+    )
+    heads: dict[str, HeadShare] = Field(
+        description="Per head with a weight: its score, the book's weight in that head alone, "
+        "and its share of `weight` (the shares sum to `weight`)."
+    )
+
+
+class SearchResponse(BaseModel):
+    query: str
+    model: str = Field(description="Encoder that embedded the query and the keys.")
+    scale: float = Field(
+        description="Softmax scale (inverse temperature) of the description head, whose q·k is "
+        "each result's `score`."
+    )
+    heads: HeadsInfo = Field(
+        description="The heads mixed for this query, with their weights π and scales. A lexical "
+        "head asked for but with no query term in the catalog abstains: it is listed with "
+        "weight 0 and `abstained: true`, and the others are renormalised."
+    )
+    entropy: float | None = Field(
+        description="Entropy (nats) of the weight distribution over all `matched` books: "
+        "0 when one book takes all the weight, ln(matched) when it is uniform (the sharded "
+        "engine computes it too, over every shard's books)."
+    )
+    match_strength: float = Field(
+        description="log(top weight · matched) / log(matched): 0 when the best book weighs no "
+        "more than under a uniform distribution (1/matched), 1 when it has all the weight."
+    )
+    no_strong_match: bool = Field(
+        description="match_strength < 0.55 (the top weight is close to uniform on a log scale, "
+        "under matched^-0.45: nothing stands out), or no word of the query occurs in any book."
+    )
+    catalog_size: int = Field(description="Books in the index.")
+    matched: int = Field(description="Books left by the filters: the softmax runs over these.")
+    k: int
+    offset: int
+    generation: int | None = Field(
+        None, description="The index generation (snapshot of the catalog) that answered."
+    )
+    results: list[SearchHit]
+
+
+class SearchBatchResponse(BaseModel):
+    responses: list[SearchResponse] = Field(description="One per query, in the request's order.")
+
+
+def search_response(result: SearchResult) -> SearchResponse:
+    return SearchResponse.model_validate(result, from_attributes=True)

@@ -1,0 +1,237 @@
+"""The HTTP server of `attend serve`: uvicorn with h11, and bounds that no client can lift.
+
+uvicorn's defaults (httptools) put no bound on a request's headers, and the cost of parsing them
+grew with the square of their size: one 150 MiB header stalled every other request for 18 s.
+Nothing timed out a client that sent its headers or body slowly, and nothing bounded the
+connections, so about 20,000 idle ones used up the process's file descriptors. Here:
+
+- **Header size**: h11 refuses (431) a request whose line and headers are still unfinished
+  past `max_header_bytes`, so it buffers at most that plus one socket read (a whole header block
+  that arrives in one read is parsed); its search for the end of a line is linear.
+- **Header count**: at most `max_headers` headers, else 431, before the app sees the request.
+- **Read timeouts**: a request's line and headers must arrive within `header_timeout_s` of the
+  connection (or of the previous response), its body within `body_timeout_s` of the headers.
+  They are deadlines, not idle timers, so a byte every few seconds does not keep a slot open.
+- **Connections**: past `max_connections` open at once a new connection is closed as soon as it
+  is accepted, and the file limit is raised (or the bound lowered) to leave room for the
+  database, the model and logs.
+
+h11 is pure Python and slower per request than httptools, but a search costs milliseconds of
+encoder and attention work, beside which the parser's share is small (README "Serving").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import math
+import resource
+import time
+
+import h11
+import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
+
+from service.api.guards import send_error
+from service.settings import ServiceSettings
+
+logger = logging.getLogger(__name__)
+
+# File descriptors kept for everything but client sockets: the database pool, the model's files,
+# log handlers, the listening socket, and headroom.
+RESERVED_FDS = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    max_header_bytes: int
+    max_headers: int
+    header_timeout_s: float
+    body_timeout_s: float
+    keep_alive_s: int
+    max_connections: int
+
+
+class MaxHeaders:
+    """431 for a request with more than `limit` headers, before routing."""
+
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and len(scope["headers"]) > self.limit:
+            await send_error(send, 431, f"the request has more than {self.limit} headers")
+            return
+        await self.app(scope, receive, send)
+
+
+class _Refusals:
+    """Connections closed at the bound, logged at most every 10 s: a flood of them must not
+    flood the log too."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.count = 0
+        self.logged_at = -math.inf
+
+    def note(self) -> None:
+        self.count += 1
+        if (now := time.monotonic()) - self.logged_at >= 10:
+            logger.warning(
+                "%d connections open, the most allowed: closed %d new one(s)",
+                self.limit,
+                self.count,
+            )
+            self.count, self.logged_at = 0, now
+
+
+def protocol_for(limits: Limits) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with `limits`' read deadlines and connection bound."""
+    refused = _Refusals(limits.max_connections)
+
+    class BoundedH11Protocol(H11Protocol):
+        # "headers": waiting for a request's line and headers; "body": for its body; "app":
+        # the app has the request (no read deadline: the app decides how long it reads).
+        _phase = "headers"
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > limits.max_connections:
+                refused.note()
+                transport.close()
+                return
+            self._arm(limits.header_timeout_s)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._follow()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._follow()
+
+        def send_400_response(self, msg: str) -> None:
+            """uvicorn's answer to a request h11 cannot parse, as JSON like every other error,
+            and 431 where the request line and headers passed max_header_bytes."""
+            status, detail = 400, "the request is not valid HTTP/1.1"
+            if len(self.conn.trailing_data[0]) > limits.max_header_bytes:
+                status = 431
+                detail = f"the request's headers are larger than {limits.max_header_bytes:,} bytes"
+            logger.info("refused a request: %s", detail)
+            body = json.dumps({"detail": detail}).encode()
+            headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+            for event in (
+                h11.Response(status_code=status, headers=headers, reason=STATUS_PHRASES[status]),
+                h11.Data(data=body),
+                h11.EndOfMessage(),
+            ):
+                self.transport.write(self.conn.send(event) or b"")
+            self.transport.close()
+
+        def _follow(self) -> None:
+            """Move the read deadline along with h11's view of the client's side."""
+            state = self.conn.their_state
+            if self._phase == "headers" and state is not h11.IDLE:
+                self._phase = "body" if state is h11.SEND_BODY else "app"
+                self._disarm()
+                if self._phase == "body":
+                    self._arm(limits.body_timeout_s)
+            elif self._phase == "body" and state is not h11.SEND_BODY:
+                self._phase = "app"
+                self._disarm()
+            elif self._phase == "app" and state is h11.IDLE:  # a keep-alive connection's next
+                self._phase = "headers"
+                self._arm(limits.header_timeout_s)
+
+        def _arm(self, seconds: float) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(seconds, self._timed_out)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _timed_out(self) -> None:
+            self._deadline = None
+            if not self.transport.is_closing():
+                logger.info("closed a connection slower than its %s deadline", self._phase)
+                # an app waiting on the body is told http.disconnect (connection_lost)
+                self.transport.close()
+
+    return BoundedH11Protocol
+
+
+def connection_bound(wanted: int) -> int:
+    """`wanted`, or fewer if the file limit cannot be raised to hold them; raises the soft limit
+    towards the hard one as needed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = wanted + RESERVED_FDS
+    if soft != resource.RLIM_INFINITY and soft < need:
+        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as e:
+            logger.warning("could not raise the file limit to %d: %s", target, e)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        bound = max(1, soft - RESERVED_FDS)
+        logger.warning(
+            "the file limit (%d) holds %d connections, not ATTEND_MAX_CONNECTIONS=%d",
+            soft,
+            bound,
+            wanted,
+        )
+        return bound
+    return wanted
+
+
+def limits_of(settings: ServiceSettings) -> Limits:
+    return Limits(
+        max_header_bytes=settings.max_header_bytes,
+        max_headers=settings.max_headers,
+        header_timeout_s=settings.header_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
+        keep_alive_s=settings.keep_alive_s,
+        max_connections=settings.max_connections,
+    )
+
+
+def serve(app: ASGIApp, settings: ServiceSettings) -> None:
+    """Serve `app` on the settings' host and port until SIGINT or SIGTERM, within their limits."""
+    host, port = settings.host, settings.port
+    limits = limits_of(settings)
+    bounded = dataclasses.replace(limits, max_connections=connection_bound(limits.max_connections))
+    logger.info(
+        "serving on %s:%d: headers ≤ %d bytes and %d fields, in %.0f s; bodies in %.0f s; "
+        "≤ %d connections",
+        host,
+        port,
+        bounded.max_header_bytes,
+        bounded.max_headers,
+        bounded.header_timeout_s,
+        bounded.body_timeout_s,
+        bounded.max_connections,
+    )
+    uvicorn.run(
+        MaxHeaders(app, bounded.max_headers),
+        host=host,
+        port=port,
+        http=protocol_for(bounded),
+        h11_max_incomplete_event_size=bounded.max_header_bytes,
+        timeout_keep_alive=bounded.keep_alive_s,
+        ws="none",  # no route is a WebSocket; an Upgrade header is then just a header
+        lifespan="on",
+        log_level=settings.log_level.lower(),
+        log_config=None,  # uvicorn's loggers propagate to ours (configure_logging)
+        access_log=False,  # service.api.telemetry logs every request, without its query string
+    )

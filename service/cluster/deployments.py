@@ -1,0 +1,184 @@
+"""The shards on Ray Serve: `ShardDeployment` holds one shard of the keys per generation (on the
+replica's device, a GPU when Ray gave it one), and `RayShard` is the router's `ShardClient` for
+it. Every call names the generation the router serves; a shard that does not hold it answers
+None, which the router's reply raises as `ShardsOutOfStepError` (a 503: retry).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Generic, TypeVar, cast
+
+from ray import serve
+from ray.serve.handle import DeploymentHandle, DeploymentResponse
+from sqlalchemy.orm import Session
+from torch import Tensor
+
+from indexer import store
+from indexer.db import create_db_engine
+from models.shard_merge import ShardAnswer
+from service.cluster.shard import Shard, ShardQuery, ShardSweep
+from service.engine.exceptions import ShardsOutOfStepError
+from service.settings import ServiceSettings
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+NO_INDEX = 0  # the generation key of an empty database (generations count from 1)
+KEEP = 3  # generations a shard replica holds at most (the router drops older ones sooner)
+
+
+@serve.deployment
+class ShardDeployment:
+    """One shard of the keys, on the replica's device (a GPU when Ray gave it one), for each
+    generation it holds (the one the router serves, and a newer one loaded beside it).
+
+    A thread polls the active generation (`generation_poll_s`) and loads this shard's slice of a
+    new one beside the others; the router switches to it once every shard holds it, and asks
+    each call for one generation. Not `service.engine.reloader.GenerationWatcher`: that swaps a
+    searcher's one served index, where a shard keeps several and swaps nothing."""
+
+    def __init__(self, settings: ServiceSettings, shard: int, shards: int) -> None:
+        self.settings, self.shard, self.shards = settings, shard, shards
+        self.engine = create_db_engine(settings.database_url)
+        self.held: dict[int, Shard] = {}  # by generation, in the order loaded
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.check()
+        if settings.generation_poll_s > 0:
+            threading.Thread(target=self._poll, name="attend-shard-gens", daemon=True).start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.settings.generation_poll_s):
+            try:
+                self.check()
+            except Exception:  # a database hiccup must not end the polling
+                logger.exception("shard %d: checking for a new generation failed", self.shard)
+
+    def check(self) -> bool:
+        """Load this shard's slice of the active generation if not held; True if it loaded."""
+        t0 = time.perf_counter()
+        with Session(self.engine) as session:
+            g = store.active_generation_id(session=session)
+            if (g or NO_INDEX) in self.held:
+                return False
+            index = store.load_index(session=session, model=self.settings.model, generation=g)
+        shard = Shard(
+            index,
+            shard=self.shard,
+            shards=self.shards,
+            device=self.settings.device,
+            key_dtype=self.settings.key_dtype,
+            chunk_size=self.settings.chunk_size,
+        )
+        with self._lock:
+            self.held[g or NO_INDEX] = shard
+            for old in list(self.held)[:-KEEP]:
+                del self.held[old]
+        logger.info(
+            "shard %d: loaded generation %s (%d books) in %.2f s; holding %s",
+            self.shard,
+            g,
+            shard.total,
+            time.perf_counter() - t0,
+            list(self.held),
+        )
+        return True
+
+    # async, computing inline: a replica answers one search at a time (torch uses its cores);
+    # more replicas, not threads, serve more load.
+    async def describe(self) -> dict[int, tuple[int, int, int]]:
+        """Per generation held: (start, stop, total), the rows this shard holds, of how many."""
+        return {g: (s.start, s.stop, s.total) for g, s in list(self.held.items())}
+
+    async def drop_before(self, generation: int) -> None:
+        """Forget the generations loaded before `generation` (the one the router now serves)."""
+        with self._lock:
+            if generation in self.held:
+                for old in list(self.held)[: list(self.held).index(generation)]:
+                    del self.held[old]
+        logger.info("shard %d: holding generations %s", self.shard, list(self.held))
+
+    def _at(self, generation: int) -> Shard | None:
+        return self.held.get(generation)
+
+    async def top(
+        self, generation: int, query: ShardQuery, k: int
+    ) -> tuple[list[ShardAnswer] | None, list[int]]:
+        """Per dense head this shard's top-k and log-sum-exp at `generation` (None when not
+        held), and the generations held (as every answer here)."""
+        if (shard := self._at(generation)) is None:
+            return None, list(self.held)
+        return shard.top(query, k), list(self.held)
+
+    async def scores(
+        self, generation: int, query: ShardQuery, cand: Tensor
+    ) -> tuple[Tensor | None, list[int]]:
+        """The raw scores of the candidates in this shard (0 for the others)."""
+        if (shard := self._at(generation)) is None:
+            return None, list(self.held)
+        return shard.scores(query, cand), list(self.held)
+
+    async def sweep(
+        self, generation: int, query: ShardQuery, sweep: ShardSweep
+    ) -> tuple[tuple[Tensor, Tensor] | None, list[int]]:
+        """The candidates' scores and this shard's part of the mixture's entropy."""
+        if (shard := self._at(generation)) is None:
+            return None, list(self.held)
+        return shard.sweep(query, sweep), list(self.held)
+
+    async def keys(
+        self, generation: int, rows: Tensor, fields: list[str]
+    ) -> tuple[Tensor | None, list[int]]:
+        """The keys of the rows this shard holds (0 for the others): books as queries."""
+        if (shard := self._at(generation)) is None:
+            return None, list(self.held)
+        return shard.keys_of(rows, fields), list(self.held)
+
+
+class _Reply(Generic[T]):
+    """A shard's answer on its way, at the generation the router asked for."""
+
+    def __init__(self, response: DeploymentResponse[Any], generation: int, name: str, kind: type):
+        self.response, self.generation, self.name, self.kind = response, generation, name, kind
+
+    def result(self) -> T:
+        answer, held = self.response.result()
+        if answer is None:
+            raise ShardsOutOfStepError(
+                f"{self.name} does not hold generation {self.generation} (it holds {held}): "
+                "the index changed under the deployment; retry"
+            )
+        if not isinstance(answer, self.kind):
+            raise TypeError(f"{self.name} answered {type(answer).__name__}, not {self.kind}")
+        return cast(T, answer)
+
+
+class RayShard:
+    """The router's `ShardClient` for one shard deployment (any of its replicas), rows
+    [start, stop) of generation `generation`."""
+
+    def __init__(
+        self, handle: DeploymentHandle[Any], *, generation: int, name: str, start: int, stop: int
+    ):
+        self.handle, self.generation, self.name = handle, generation, name
+        self.start, self.stop = start, stop
+
+    def submit_top(self, query: ShardQuery, k: int) -> _Reply[list[ShardAnswer]]:
+        return self._reply(self.handle.top.remote(self.generation, query, k), list)
+
+    def submit_scores(self, query: ShardQuery, cand: Tensor) -> _Reply[Tensor]:
+        return self._reply(self.handle.scores.remote(self.generation, query, cand), Tensor)
+
+    def submit_sweep(self, query: ShardQuery, sweep: ShardSweep) -> _Reply[tuple[Tensor, Tensor]]:
+        return self._reply(self.handle.sweep.remote(self.generation, query, sweep), tuple)
+
+    def submit_keys(self, rows: Tensor, fields: Sequence[str]) -> _Reply[Tensor]:
+        return self._reply(self.handle.keys.remote(self.generation, rows, list(fields)), Tensor)
+
+    def _reply(self, response: Any, kind: type) -> _Reply[Any]:
+        return _Reply(cast(DeploymentResponse[Any], response), self.generation, self.name, kind)

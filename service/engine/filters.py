@@ -1,0 +1,78 @@
+"""Search filters, and the attention masks they give over a catalog's rows."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from indexer.book_columns import BookColumns
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which books a query may attend to. Text matches are case-insensitive."""
+
+    author: str | None = None  # substring of any author's name
+    year_min: int | None = None  # inclusive; books without a year are left out
+    year_max: int | None = None
+    language: str | None = None  # the catalog's language code, exactly
+    exclude: frozenset[str] = frozenset()  # ids left out (the books a similar query starts from)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.exclude) or any(
+            v is not None for v in (self.author, self.year_min, self.year_max, self.language)
+        )
+
+
+class FilterColumns:
+    """The columns filters read, prepared once per catalog, and the masks they give: (N,) bool,
+    True for a book a query may attend to, on `device`. The last 64 masks are cached."""
+
+    def __init__(self, books: BookColumns, *, device: torch.device):
+        self.device = device
+        self.size = len(books)
+        # a year of NaN never satisfies a bound
+        self._year = torch.tensor(
+            [math.nan if y is None else y for y in books.years], dtype=torch.float64
+        )  # (N,)
+        self._language = [(lang or "").casefold() for lang in books.languages]
+        self._author = ["\n".join(a).casefold() for a in books.authors]
+        self._rows = {book_id: i for i, book_id in enumerate(books.ids)}
+        self._mask = lru_cache(maxsize=64)(self._build_mask)
+
+    def mask(self, filters: Filters) -> Tensor | None:
+        """(N,) bool, True for the books the filters keep; None when there are no filters."""
+        return self._mask(filters) if filters.active else None
+
+    def batch_mask(self, filters: Sequence[Filters]) -> Tensor | None:
+        """None without filters, (N,) when every query shares them, else (B, N)."""
+        masks = [self.mask(f) for f in filters]
+        if all(m is None for m in masks):
+            return None
+        if len(set(filters)) == 1:
+            return masks[0]
+        everything = torch.ones(self.size, dtype=torch.bool, device=self.device)
+        return torch.stack([everything if m is None else m for m in masks])  # (B, N)
+
+    def _build_mask(self, filters: Filters) -> Tensor:
+        keep = torch.ones(self.size, dtype=torch.bool)  # (N,)
+        if filters.year_min is not None:
+            keep &= self._year >= filters.year_min
+        if filters.year_max is not None:
+            keep &= self._year <= filters.year_max
+        if filters.language is not None:
+            lang = filters.language.casefold()
+            keep &= torch.tensor([x == lang for x in self._language], dtype=torch.bool)
+        if filters.author is not None:
+            name = filters.author.casefold()
+            keep &= torch.tensor([name in a for a in self._author], dtype=torch.bool)
+        for book_id in filters.exclude:
+            if (row := self._rows.get(book_id)) is not None:
+                keep[row] = False
+        return keep.to(self.device)

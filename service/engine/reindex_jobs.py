@@ -1,0 +1,142 @@
+"""Re-index jobs run inside the service (POST /admin/reindex): one at a time, each in its own
+thread, so searches go on answering from the active generation while it builds the next."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from indexer import pipeline
+from indexer.catalog import CatalogSnapshot
+from indexer.pipeline import IndexReport, Progress, ProgressSnapshot
+from indexer.settings import IndexSettings
+from models.encoder import Encoder
+from service.engine.exceptions import JobRunningError
+
+logger = logging.getLogger(__name__)
+
+QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
+_KEPT = 100  # finished jobs remembered
+
+
+@dataclass
+class Job:
+    id: str
+    catalog: str  # what the client named (a path, or the uploaded file's name)
+    path: Path | CatalogSnapshot  # the file indexed, or an upload's private snapshot
+    keep_missing: bool
+    skip_invalid: bool
+    cleanup: bool  # delete or close `path` afterwards (an upload)
+    state: str = QUEUED
+    progress: Progress = field(default_factory=Progress)
+    report: IndexReport | None = None
+    error: str | None = None
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    finished_at: datetime | None = None
+
+
+class ReindexJobs:
+    """Starts re-index jobs and remembers the last ones; `on_success` runs after each success
+    (the service swaps in the new generation without waiting for its next poll)."""
+
+    def __init__(
+        self,
+        *,
+        settings: IndexSettings,
+        engine: Engine,
+        encoder: Encoder,
+        on_success: Callable[[], object] = lambda: None,
+    ):
+        self.settings = settings
+        self.engine = engine
+        self.encoder = encoder
+        self.on_success = on_success
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._last: Job | None = None
+
+    def submit(
+        self,
+        path: Path | CatalogSnapshot,
+        *,
+        catalog: str,
+        keep_missing: bool,
+        skip_invalid: bool,
+        cleanup: bool,
+    ) -> Job:
+        """Start a job, or raise `JobRunningError` while one runs."""
+        with self._lock:
+            running = self._last if self._last and self._last.state in (QUEUED, RUNNING) else None
+            if running is not None:
+                if cleanup:
+                    _discard(path)
+                raise JobRunningError(running.id)
+            job = Job(uuid.uuid4().hex, catalog, path, keep_missing, skip_invalid, cleanup)
+            self._jobs[job.id] = job
+            while len(self._jobs) > _KEPT:
+                self._jobs.popitem(last=False)
+            self._last = job
+            self._thread = threading.Thread(
+                target=self._run, args=(job,), name=f"attend-reindex-{job.id[:8]}", daemon=True
+            )
+            self._thread.start()
+            return job
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def status(self) -> ProgressSnapshot:
+        """The progress of the running job, or of the last one (read-only; for /metrics)."""
+        with self._lock:
+            job = self._last
+        return job.progress.snapshot() if job is not None else ProgressSnapshot()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Wait briefly for a running job; one still running stays resumable in the database."""
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+
+    def _run(self, job: Job) -> None:
+        job.state = RUNNING
+        logger.info("re-index job %s: %s", job.id, job.catalog)
+        try:
+            job.report = pipeline.run(
+                self.settings,
+                engine=self.engine,
+                encoder=self.encoder,
+                path=job.path,
+                skip_invalid=job.skip_invalid,
+                keep_missing=job.keep_missing,
+                progress=job.progress,
+            )
+        except Exception as e:
+            logger.warning("re-index job %s failed: %s", job.id, e)
+            job.error, job.state = str(e), FAILED
+        else:
+            try:  # before the job reads as succeeded: its searches then see the new generation
+                self.on_success()
+            except Exception:
+                logger.exception("swapping in the new generation after job %s failed", job.id)
+            job.state = SUCCEEDED
+        finally:
+            job.finished_at = datetime.now(UTC)
+            if job.cleanup:
+                _discard(job.path)
+
+
+def _discard(path: Path | CatalogSnapshot) -> None:
+    """An upload's file gone: a snapshot is an anonymous file, which closing deletes."""
+    if isinstance(path, CatalogSnapshot):
+        path.close()
+    else:
+        path.unlink(missing_ok=True)

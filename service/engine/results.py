@@ -1,0 +1,94 @@
+"""What the engine answers: plain dataclasses, which the API turns into its response schemas
+(service/api/search_schemas.py, book_schemas.py) field for field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from indexer.book_columns import BookFields
+
+
+@dataclass(frozen=True)
+class HeadPart:
+    """One head's part of a book's weight."""
+
+    score: float  # the head's raw score: q·k for a field head, the BM25 score for lexical
+    probability: float  # p_h(book): the book's weight in this head alone
+    share: float  # π_h p_h(book): this head's part of the book's weight
+
+
+@dataclass(frozen=True)
+class HeadsUsed:
+    """The heads a ranking mixed: their weights π (after abstentions), the heads asked for that
+    had no evidence (π set to 0), and every head's softmax scale."""
+
+    weights: dict[str, float]
+    abstained: tuple[str, ...]
+    scales: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class RankedBook:
+    """A search's or a similar query's hit."""
+
+    rank: int  # 1-based, in the whole ranking
+    book: BookFields
+    score: float  # q·k with the description key
+    weight: float  # Σ_h π_h p_h
+    heads: dict[str, HeadPart]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    query: str
+    model: str
+    scale: float  # the description head's
+    heads: HeadsUsed
+    entropy: float | None  # nats, of the weights over every matched book
+    match_strength: float
+    no_strong_match: bool
+    catalog_size: int
+    matched: int
+    k: int
+    offset: int
+    generation: int | None
+    results: list[RankedBook]
+
+
+@dataclass(frozen=True)
+class SimilarBooks:
+    id: str
+    title: str
+    scale: float
+    heads: HeadsUsed
+    matched: int
+    results: list[RankedBook]
+
+
+@dataclass(frozen=True)
+class Because:
+    """A liked book's part of a recommendation's weight, in all and per head."""
+
+    id: str
+    title: str
+    share: float
+    heads: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Recommended:
+    rank: int
+    book: BookFields
+    weight: float
+    because: list[Because]  # largest share first
+
+
+@dataclass(frozen=True)
+class Recommendations:
+    liked: list[str]
+    disliked: list[str]
+    scale: float
+    heads: HeadsUsed
+    matched: int
+    results: list[Recommended]

@@ -1,0 +1,96 @@
+"""The path of one GET /search through the rooms of the code: the API, then the engine, then
+the indexer's columns and models, and back, never calling into a room it came from. Every Python
+call of the request, in every thread (the route's, the searcher's worker), is recorded with a
+profiler, on a real SQLite index."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine
+
+from conftest import FakeEncoder, index_books
+from service.api.main import create_app
+from service.settings import ServiceSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+# a room's rank: calls may only go to a room of a higher rank (or stay in their own)
+ROOMS = {"service/api": 0, "service/engine": 1, "indexer": 2, "models": 3}
+BOOKS = [
+    {"id": f"b{i}", "title": f"Book {i}", "description": f"a tale of {w}", "authors": ["A"]}
+    for i, w in enumerate(["wizards", "the sea", "deserts", "wizards at sea", "gardens"] * 4)
+]
+
+
+def _room(frame: FrameType | None) -> str | None:
+    """The room of the nearest frame of ours, from `frame` outwards (None: none of ours)."""
+    while frame is not None:
+        path = Path(frame.f_code.co_filename)
+        if path.is_relative_to(ROOT):
+            where = path.relative_to(ROOT).as_posix()
+            for room in ROOMS:
+                if where.startswith(room + "/"):
+                    return room
+        frame = frame.f_back
+    return None
+
+
+class CallRecorder:
+    """Records, while `recording`, each call from one room into another: (caller, callee)."""
+
+    def __init__(self) -> None:
+        self.recording = False
+        self.crossings: list[tuple[str, str, str]] = []  # caller room, callee room, callee
+        self.visited: list[str] = []  # rooms in the order first entered
+        self._lock = threading.Lock()
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+        if not self.recording or event != "call":
+            return
+        callee = _room(frame)
+        if callee is None:
+            return
+        caller = _room(frame.f_back)
+        with self._lock:
+            if callee not in self.visited:
+                self.visited.append(callee)
+            if caller is not None and caller != callee:
+                self.crossings.append((caller, callee, frame.f_code.co_qualname))
+
+
+@pytest.fixture
+def recorder() -> Iterator[CallRecorder]:
+    record = CallRecorder()
+    threading.setprofile(record)  # the threads started from here on: the app's and the worker's
+    sys.setprofile(record)
+    try:
+        yield record
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+
+
+def test_a_search_goes_down_through_the_rooms_and_back(
+    engine: Engine, tmp_path: Path, recorder: CallRecorder
+) -> None:
+    url = index_books(engine, tmp_path, BOOKS)
+    settings = ServiceSettings(database_url=url, device="cpu", generation_poll_s=0)
+    with TestClient(create_app(settings, encoder=FakeEncoder())) as client:
+        client.get("/search", params={"q": "wizards"})  # warm: caches, lazy imports
+        recorder.recording = True
+        response = client.get("/search", params={"q": "wizards at sea", "author": "a"})
+        recorder.recording = False
+    assert response.status_code == 200 and response.json()["results"]
+    assert recorder.visited[:2] == ["service/api", "service/engine"]
+    assert {"indexer", "models"} <= set(recorder.visited)
+    upward = [c for c in recorder.crossings if ROOMS[c[1]] < ROOMS[c[0]]]
+    assert not upward, upward  # e.g. the engine calling back into the API, models into the engine
+    assert ("service/api", "service/engine") in {c[:2] for c in recorder.crossings}
+    assert ("service/engine", "models") in {c[:2] for c in recorder.crossings}
