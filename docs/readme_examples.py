@@ -41,7 +41,8 @@ EXAMPLE = re.compile(
     r"```json\n(?P<block>.*?)\n```",
     re.DOTALL,
 )
-# `attend search` as it prints the same request's response (service.cli.table), in a plain block
+# `attend search` as it prints the same request's response (service.serve_commands.table), in
+# a plain block
 CLI_EXAMPLE = re.compile(
     r"<!-- example: attend search (?P<path>.+?) -->\n```\n(?P<block>.*?)\n```", re.DOTALL
 )
@@ -129,7 +130,8 @@ def _search_table(client: Any, example: Example) -> str:
     import shlex
 
     from service.api.search_schemas import SearchResponse
-    from service.cli import build_parser, table
+    from service.cli import build_parser
+    from service.serve_commands import table
 
     args = build_parser().parse_args(["search", *shlex.split(example.path)])
     names = ("k", "offset", "author", "year_min", "year_max", "language", "heads")

@@ -17,7 +17,8 @@ from conftest import ATTEND, write_jsonl
 from indexer import db
 from indexer.generations import writer_lock
 from indexer.pipeline import ProgressSnapshot
-from service.cli import ProgressBar, build_parser, main
+from service.cli import build_parser, main
+from service.index_commands import ProgressBar
 
 GOOD = {"id": "a", "title": "Dune", "description": "Desert planet.", "year": 1965}
 

@@ -1,0 +1,112 @@
+"""What `attend serve`, `attend demo` and `attend search` do (service/cli.py parses the command
+line and calls these; heavy modules are imported when a command runs)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from service.index_commands import cmd_index, no_lock_file_left, open_index, overrides
+
+if TYPE_CHECKING:
+    from service.api.search_schemas import SearchResponse
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from service.api.main import create_app
+    from service.launch import apply_serve_threads
+    from service.logs import configure_logging
+    from service.settings import ServiceSettings
+
+    options = ("database_url", "host", "port", "engine", "shards", "shard_replicas")
+    settings = ServiceSettings(**overrides(args, (*options, "ray_address")))
+    # a server's log is its lifecycle and its requests: ATTEND_LOG_LEVEL (INFO), DEBUG at -vv
+    level = "DEBUG" if args.verbose > 1 else settings.log_level
+    configure_logging(level, json_lines=settings.log_json)
+    # a clear message here beats a traceback from inside uvicorn's start-up
+    open_index(settings.database_url).dispose()
+    if settings.engine == "ray":
+        return _serve_on_ray(settings)
+    if settings.shards > 1:
+        sys.stderr.write("attend serve: --shards needs --engine ray\n")
+        return 2
+    from service.api import server
+
+    apply_serve_threads(settings)
+    # an admin re-index (POST /admin/reindex) takes the writer's lock too
+    with no_lock_file_left(settings.database_url):
+        server.serve(create_app(settings), settings)  # uvicorn + h11 within bounds (server.py)
+    return 0
+
+
+def _serve_on_ray(settings: Any) -> int:
+    try:
+        from service.cluster import ray_serve
+    except ImportError as e:
+        sys.stderr.write(f"attend serve: the ray engine needs pip install 'attend[ray]' ({e})\n")
+        return 2
+    ray_serve.serve_forever(settings)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Index the bundled demo catalog (a no-op when it already is), then serve it."""
+    from indexer.data import DEMO_CATALOG
+
+    args.path, args.skip_invalid, args.batch_size = str(DEMO_CATALOG), False, None
+    args.keep_missing = False
+    return cmd_index(args) or cmd_serve(args)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from service.api.search_schemas import SearchParams, search_response
+    from service.engine.startup import build_searcher
+    from service.settings import ServiceSettings
+
+    settings = ServiceSettings(**overrides(args, ("database_url",)))
+    params = SearchParams(
+        q=args.query,
+        k=args.k,
+        offset=args.offset,
+        author=args.author,
+        year_min=args.year_min,
+        year_max=args.year_max,
+        language=args.language,
+        heads=args.heads,
+    )
+    engine = open_index(settings.database_url)
+    try:
+        searcher = build_searcher(settings, engine=engine)
+    finally:
+        engine.dispose()
+    (result,) = searcher.search_now([params.q], params.options())
+    response = search_response(result)
+    sys.stdout.write(response.model_dump_json(indent=2) + "\n" if args.json else table(response))
+    return 0
+
+
+def table(response: SearchResponse) -> str:
+    """The ranking as `attend search` prints it: a header with what the API's response says of
+    the whole query (matched, heads, match strength), then one line per result."""
+    heads = ",".join(
+        f"{name}:{head.weight:.3g}{' (abstained)' if getattr(head, 'abstained', False) else ''}"
+        for name, head in response.heads.items()
+    )
+    lines = [
+        f"{response.query!r}: {response.matched} of {response.catalog_size} books matched; "
+        f"heads {heads}; match strength {response.match_strength:.2f}",
+    ]
+    if response.no_strong_match:
+        lines.append(
+            "no strong match: the best book weighs little more than under a uniform weight "
+            "(match strength under 0.55), so these are weak answers"
+        )
+    lines.append(f"{'rank':>4}  {'weight':>7}  {'score':>6}  title")
+    for hit in response.results:
+        authors = ", ".join(hit.authors[:2]) + (" et al." if len(hit.authors) > 2 else "")
+        year = f", {hit.year}" if hit.year is not None else ""
+        lines.append(
+            f"{hit.rank:>4}  {hit.weight:>7.4f}  {hit.score:>6.3f}  {hit.title} ({authors}{year})"
+        )
+    return "\n".join(lines) + "\n"
