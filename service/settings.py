@@ -81,13 +81,14 @@ class ServiceSettings(StoreSettings, RaySettings):
     )
     max_batch: int = Field(64, ge=1, le=4096, description="Most queries in one batch.")
     batch_budget_ms: float = Field(
-        50.0,
+        20.0,
         ge=0,
         le=60_000,
-        description="While small requests (≤ 4 queries) are about, a batch holding part of a "
-        "bigger request is cut to about this much worker time (at the measured cost per "
-        "query), since a query arriving during a batch waits for it; 0: batches sized by "
-        "ATTEND_MAX_BATCH alone (service/engine/searcher.py).",
+        description="While small requests (≤ 4 queries) are about, they get batches of their "
+        "own, alternating with batches whose part of bigger requests is cut to about this much "
+        "worker time (at the measured cost per query, at least 4 queries), since a query "
+        "arriving during a batch waits for it; 0: batches sized by ATTEND_MAX_BATCH alone "
+        "(service/engine/searcher.py).",
     )
     query_cache_size: int = Field(
         4096, ge=1, description="Query embeddings kept (LRU): a repeated query skips the encoder."

@@ -5,10 +5,13 @@ Requests that queue up while a batch is being answered form the next batch; once
 idle service never waits. A batch takes the waiting requests' queries in turn, one each per
 round, up to `max_batch`: a request of 64 queries is answered over several batches beside the
 others, so it cannot make a single query wait behind it (twenty of them once kept one GET
-waiting 19 s in arrival order), and batches stay full. Small requests go first in each round,
-and while they are about, a batch that holds part of a big request is cut to `batch_budget_ms`
-of worker time (by the measured cost per query): a query that arrives during a batch waits for
-it, so the batch's length bounds that wait. One worker thread encodes the batch's
+waiting 19 s in arrival order), and batches stay full. While small requests (a few queries) are
+about, batches alternate: the small requests alone, then a batch whose big part is cut to
+`batch_budget_ms` of worker time (by the measured cost per query of such batches), the small
+requests that came meanwhile on top. A query that arrives during a batch waits for it, so the
+big batch's length bounds that wait, and its own batch is not made long by big work: the
+encoder's cost is linear in the batch (about 7 ms a query here), so a small request batched
+with 7 big queries paid for them. One worker thread encodes the batch's
 new query texts (repeated ones come from an LRU cache), runs `attend` once for all of them with a
 (B, N) mask built from each request's filters, and hands every request its own page. One
 worker also means torch work never competes with itself for the cores.
@@ -49,8 +52,10 @@ SMALL_REQUEST = 4  # queries: a request this small is interactive, and goes firs
 SMALL_SEEN_S = 1.0  # small requests count as about this long after the last one arrived
 # Fewest queries in a batch the budget cuts: where a batch's fixed cost alone passes the budget
 # (a loaded machine), budget / cost per query would shrink batches to 1 and throughput with them;
-# 8 queries cost 4.2 ms each here against 3.7 in batches of 64.
-BUDGET_FLOOR = 8
+# 8 queries cost 4.2 ms each here against 3.7 in batches of 64. 4: the encoder's cost is linear
+# in the batch (about 7 ms a query at 1, 8 or 64 on a loaded 2-core machine), and a small request
+# waits for the batch before it (benchmarks/soak.py).
+BUDGET_FLOOR = 4
 
 
 def match_strength(top_weight: float, matched: int) -> float:
@@ -153,6 +158,7 @@ class Searcher:
         self.batch_budget_s = batch_budget_ms / 1000  # 0: batches sized by max_batch alone
         self._cost: float | None = None  # seconds per query of recent batches (EWMA)
         self._small_seen = -math.inf  # when the last small request arrived (monotonic)
+        self._small_next = False  # the last batch held big work: small requests alone next
         self.small_seen_s = SMALL_SEEN_S
         self._changed = threading.Condition()  # a job arrived, or close() was called
         self._stopping = False
@@ -195,7 +201,8 @@ class Searcher:
             try:
                 t0 = time.perf_counter()
                 answers = self._answer_pinned(batch)
-                self._measure(time.perf_counter() - t0, sum(len(p.queries) for p in batch))
+                if any(_big(piece) for piece in batch):  # the batches that the budget sizes
+                    self._measure(time.perf_counter() - t0, sum(len(p.queries) for p in batch))
                 for piece, responses in zip(batch, answers, strict=True):
                     job = piece.job
                     job.responses.extend(responses)
@@ -237,7 +244,7 @@ class Searcher:
             return self.max_batch
         if time.monotonic() - self._small_seen > self.small_seen_s:
             return self.max_batch
-        if all(len(job.queries) - job.taken <= SMALL_REQUEST for job in self._waiting):
+        if all(_left(job) <= SMALL_REQUEST for job in self._waiting):
             return self.max_batch  # small requests only: a full batch serves them best
         fits = int(self.batch_budget_s / self._cost)
         return min(self.max_batch, max(BUDGET_FLOOR, fits))
@@ -273,9 +280,15 @@ class Searcher:
         requests first; a job with queries left over goes to the back of the line. Called
         under the lock."""
         self._waiting = deque(job for job in self._waiting if not job.future.cancelled())
-        limit = self._limit()
+        small = [job for job in self._waiting if _left(job) <= SMALL_REQUEST]
+        # after a batch that held big work, small requests alone (a batch of a few queries,
+        # short), then big work again with the small requests that came meanwhile in front
+        alone = self._small_next and self.batch_budget_s > 0 and 0 < len(small) < len(self._waiting)
+        limit = self.max_batch if alone else self._limit()
+        if not alone and limit < self.max_batch:  # the budget is the big work's: small ones
+            limit = min(self.max_batch, limit + sum(_left(job) for job in small))  # come on top
         # the smallest requests first in each round (a stable sort: in turn among equals)
-        turn = sorted(self._waiting, key=lambda job: len(job.queries) - job.taken > SMALL_REQUEST)
+        turn = small if alone else sorted(self._waiting, key=lambda j: _left(j) > SMALL_REQUEST)
         counts: dict[int, int] = {}
         order: list[_Job] = []
         size, progressed = 0, True
@@ -294,6 +307,7 @@ class Searcher:
         for job in order:
             batch.append(_Slice(job, job.taken, job.taken + counts[id(job)]))
             job.taken += counts[id(job)]
+        self._small_next = any(_big(piece) for piece in batch)
         unfinished = [job for job in order if job.taken < len(job.queries)]
         untouched = [job for job in self._waiting if id(job) not in counts]
         self._waiting = deque(untouched + unfinished)
@@ -361,3 +375,14 @@ class Searcher:
                 for i, hit in enumerate(page)
             ],
         )
+
+
+def _left(job: _Job) -> int:
+    """Queries of `job` not yet in a batch."""
+    return len(job.queries) - job.taken
+
+
+def _big(piece: _Slice) -> bool:
+    """Whether `piece` is part of more work than a small request (its queries and those after
+    it in its request)."""
+    return len(piece.job.queries) - piece.start > SMALL_REQUEST
