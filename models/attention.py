@@ -6,10 +6,10 @@ For queries q (B, d), keys K (N, d) and values V (N, d_v):
     weights = softmax(logits)                    over every unmasked key
     output  = weights @ V                        (B, d_v)
 
-plus the top-k keys by weight. Nothing of size (B, N) is ever held: the keys are
-visited in chunks of C, and per chunk we keep a running top-k, a running
-log-sum-exp and (with values) a running, max-rescaled output, exactly as
-flash-attention merges blocks. Memory is O(B·C + B·k + B·d_v) for any N.
+plus the top-k keys by weight: `reference_attention`, the listing above, is what `attend`
+computes and what the tests hold it to. `attend` never holds anything of size (B, N): it scores
+the keys in chunks of C and folds each into a `RunningSoftmax` (running top-k, max, sum and,
+with values, output), as flash-attention merges blocks. Memory is O(B·C + B·k + B·d_v).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ _NUMPY_ROWS = 512  # up to this many winners (B·k) are rescored with numpy on t
 
 @dataclass(frozen=True)
 class Attention:
-    """The result of `attend` for a batch of B queries.
+    """The result of `attend` (or `reference_attention`) for a batch of B queries.
 
     Rows with fewer than k unmasked keys are padded: index −1, score −inf, weight 0.
     """
@@ -61,6 +61,36 @@ def chunk_for(B: int, N: int, device: torch.device | None = None) -> int:  # noq
     return _whole_blocks(min(max(BLOCK, budget // max(B, 1)), max(N, 1)))
 
 
+def reference_attention(
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor | None = None,
+    *,
+    k: int,
+    scale: float | None = None,
+    mask: Tensor | None = None,
+) -> Attention:
+    """What `attend` computes, as the textbook lists it: the whole (B, N) logits at once, in
+    float64 (q rounded to the keys' dtype first, as `attend` multiplies). O(B·N) memory."""
+    scale, mask = _check(q, keys, values, k=k, scale=scale, mask=mask)
+    B, N = q.shape[0], keys.shape[0]
+    mask = torch.ones(N, dtype=torch.bool, device=keys.device) if mask is None else mask
+    raw = q.to(keys.device, keys.dtype).double() @ keys.double().T  # (B, N) q·k
+    att = (raw * scale).masked_fill(~mask, -math.inf)  # (B, N) logits, masked −inf
+    lse = att.logsumexp(dim=-1)  # (B,) −inf for a fully masked row
+    weights = att.softmax(dim=-1).nan_to_num(0.0)  # (B, N) a fully masked row's NaN → 0
+    top, idx = att.topk(min(k, N), dim=-1)  # (B, k') best first
+    found = torch.isfinite(top)  # (B, k') False past a row's unmasked keys: padding
+    return Attention(
+        indices=torch.where(found, idx, -1),
+        scores=torch.where(found, raw.gather(1, idx), -math.inf).float(),
+        weights=weights.gather(1, idx).float(),  # 0 for padding
+        logsumexp=lse,
+        matched=mask.expand(B, N).sum(-1),
+        output=None if values is None else (weights @ values.double()).float(),  # (B, d_v)
+    )
+
+
 def attend(
     q: Tensor,
     keys: Tensor,
@@ -72,7 +102,8 @@ def attend(
     chunk_size: int | None = None,
     scores_out: Tensor | None = None,
 ) -> Attention:
-    """Top-k keys of softmax(scale · q Kᵀ) with their exact weights; `output` if values given.
+    """Top-k keys of softmax(scale · q Kᵀ) with their exact weights; `output` if values given:
+    `reference_attention`, in chunks.
 
     `scale` defaults to 1/√d as in `torch.nn.functional.scaled_dot_product_attention`.
     `mask` is bool, (B, N) or (N,), True where a key may be attended to. `chunk_size` keys per
@@ -82,6 +113,8 @@ def attend(
     """
     scale, mask = _check(q, keys, values, k=k, scale=scale, mask=mask)
     B, N = q.shape[0], keys.shape[0]
+    if N == 0:  # nothing to stream
+        return reference_attention(q, keys, values, k=k, scale=scale, mask=mask)
     device = keys.device
     C = chunk_size or chunk_for(B, N, device)
     q = q.to(device=device, dtype=keys.dtype)
@@ -92,60 +125,110 @@ def attend(
     # after (not rounded to half; the raw scores not rounded twice).
     scale2 = scale * LOG2_E
     qs = q * scale2 if keys.dtype == torch.float32 and scores_out is None else q  # (B, d)
-    kk = min(k, N)
-    # The running state, from the first chunk on (a search over a small catalog has just the
-    # one): top-k x (B, k) and their rows, max x (B,), and Σ 2^(x − m) in float64 (B,), which
-    # stays exact to ~1e-7 however many chunks it crosses.
-    top = top_idx = m = m_safe = l = None
-    acc = None  # (B, d_v) Σ p·v
-    matched = torch.zeros(B, dtype=torch.long, device=device) if mask is not None else None
+    # (B,) unmasked keys: counted chunk by chunk with a mask, else all N
+    matched = torch.full((B,), N if mask is None else 0, dtype=torch.long, device=device)
+    state = RunningSoftmax(min(k, N), matched)
     buf = _logits_buffer(B, _whole_blocks(min(C, N)), device)  # (B, W) W ≥ C
-
     for start in range(0, N, C):
         kc = keys[start : start + C]  # (c, d)
-        c = kc.shape[0]
-        s = buf[:, : _whole_blocks(c)]  # (B, c rounded up to whole blocks)
-        kept = None if scores_out is None else scores_out[:, start : start + c]
-        _chunk_logits(s, qs, kc, scale=scale2 if qs is q else None, kept=kept)
-        if mask is not None and matched is not None:
-            mc = mask[..., start : start + C]  # (c,) or (B, c)
-            s[:, :c].masked_fill_(~mc, -math.inf)
-            matched += mc.sum(-1) if mc.dim() == 2 else mc.sum()
+        s = buf[:, : _whole_blocks(kc.shape[0])]  # (B, c rounded up to whole blocks)
+        kept = None if scores_out is None else scores_out[:, start : start + C]
+        _chunk_logits(s, qs, kc, scale=scale2 if qs is q else None, kept=kept)  # s = x
+        vc = None if values is None else values[start : start + C]  # (c, d_v)
+        state.fold(s, start, vc, None if mask is None else mask[..., start : start + C])
+    return state.finish(q, keys, scale=scale)
 
+
+@dataclass
+class RunningSoftmax:
+    """The softmax over the chunks folded in so far, in base-2 logits x, merged as flash-attention
+    merges blocks; None before the first chunk (a small catalog has just one)."""
+
+    k: int  # k' = min(k, N)
+    matched: Tensor  # (B,) int64 unmasked keys (so far, with a mask)
+    top: Tensor | None = None  # (B, k') the largest x, descending
+    top_idx: Tensor | None = None  # (B, k') their rows, −1 for padding
+    m: Tensor | None = None  # (B,) max x; −inf for a row masked so far
+    m_safe: Tensor | None = None  # (B,) m, but 0 where −inf: what l and acc are relative to
+    l: Tensor | None = None  # (B,) float64 Σ 2^(x − m_safe)
+    acc: Tensor | None = None  # (B, d_v) Σ 2^(x − m_safe)·v, with values
+
+    def fold(self, s: Tensor, start: int, values: Tensor | None, mask: Tensor | None) -> None:
+        """Fold in a chunk of c keys from row `start` on: their x, s (B, c rounded up to whole
+        BLOCKs, −inf past the keys), values (c, d_v) and mask ((c,) or (B, c)). Overwrites s."""
+        if mask is not None:
+            s[:, : mask.shape[-1]].masked_fill_(~mask, -math.inf)
+            self.matched += mask.sum(-1) if mask.dim() == 2 else mask.sum()
         # running top-k, before the exp overwrites s; and the chunk's max x and its column
-        cand, cand_col, c_max, c_arg = _chunk_candidates(s, kk)  # (B, k'), (B, k'), (B,), (B, 1)
-        top, top_idx = _merge_top(top, top_idx, cand, cand_col + start if start else cand_col, kk)
-
+        cand, cand_col, c_max, c_arg = _chunk_candidates(s, self.k)  # (B, k'), ..., (B, 1)
+        self._merge_top(cand, cand_col + start if start else cand_col)
         # running log-sum-exp (and output), rescaled to the new max like flash-attention
-        m_new = c_max if m is None else torch.maximum(m, c_max)  # (B,)
-        m_safe = m_new.nan_to_num(neginf=0.0)  # 0, not −inf, for a row masked so far
+        m_old = self.m
+        self.m = c_max if m_old is None else torch.maximum(m_old, c_max)  # (B,)
+        self.m_safe = m_safe = self.m.nan_to_num(neginf=0.0)  # 0, not −inf, for masked rows
         # (B,) float64 2^(m_old − m_new), 0 where m_old was −inf; none for the first chunk
-        alpha: Tensor | None = None if m is None else torch.exp2(m.double() - m_safe.double())
-        m = m_new
+        alpha = None if m_old is None else torch.exp2(m_old.double() - m_safe.double())
         p = s.sub_(m_safe[:, None]).exp2_()  # (B, c) 2^(x − m) = e^(logit − m·ln 2), in place
         if values is not None:
-            pv = p[:, :c] @ values[start : start + C].to(p.dtype)  # (B, d_v)
-            acc = pv if acc is None or alpha is None else acc * alpha.float()[:, None] + pv
+            pv = p[:, : values.shape[0]] @ values.to(p.dtype)  # (B, d_v)
+            acc = self.acc
+            self.acc = pv if acc is None or alpha is None else acc * alpha.float()[:, None] + pv
         # Σ p in float32 but for the chunk's top key, whose term goes in in float64: a float32
         # sum keeps ~1e-7 of its largest terms, and of a peaked softmax that is 1e-7 of the
         # log-sum-exp, which a mixture's entropy (models/mixture.py) would carry as 1e-6 and
         # more, and shards (their own sums) would disagree on. The rest is small when peaked.
         top_p = torch.exp2(c_max.double() - m_safe.double())  # (B,)
         rest = p.scatter_(1, c_arg, 0.0).sum(dim=-1).double()  # (B,)
-        l = top_p + rest if l is None or alpha is None else l * alpha + top_p + rest
+        l = self.l
+        self.l = top_p + rest if l is None or alpha is None else l * alpha + top_p + rest
 
-    if top is None or top_idx is None or m_safe is None or l is None:  # no keys at all
-        top = torch.full((B, 0), -math.inf, device=device)
-        top_idx = torch.full((B, 0), -1, dtype=torch.long, device=device)
-        m_safe = torch.zeros(B, device=device)
-        l = torch.zeros(B, dtype=torch.float64, device=device)
-    if matched is None:
-        matched = torch.full((B,), N, dtype=torch.long, device=device)
-    if values is not None and acc is None:
-        acc = torch.zeros(B, values.shape[1], device=device)
-    return _finish(
-        q, keys, scale=scale, top=top, top_idx=top_idx, m=m_safe, l=l, acc=acc, matched=matched
-    )
+    def _merge_top(self, cand: Tensor, cand_idx: Tensor) -> None:
+        """The k best of the running top (B, k) and a chunk's candidates (B, k'), with their
+        rows; the first chunk's k sorted candidates are taken as they are."""
+        k, top, top_idx = self.k, self.top, self.top_idx
+        if top is not None and top_idx is not None:
+            cand, cand_idx = torch.cat([top, cand], dim=-1), torch.cat([top_idx, cand_idx], dim=-1)
+        elif cand.shape[1] == k:  # a whole chunk's own top-k, already sorted (_chunk_candidates)
+            self.top, self.top_idx = cand, cand_idx
+            return
+        if cand.shape[1] < k:  # fewer keys so far than k: pad, as a row short of keys ends
+            pad = k - cand.shape[1]
+            cand = torch.cat([cand, cand.new_full((cand.shape[0], pad), -math.inf)], dim=-1)
+            cand_idx = torch.cat([cand_idx, cand_idx.new_full((cand.shape[0], pad), -1)], dim=-1)
+        best_x, best = cand.topk(k, dim=-1)  # (B, k)
+        self.top, self.top_idx = best_x, cand_idx.gather(1, best)
+
+    def finish(self, q: Tensor, keys: Tensor, *, scale: float) -> Attention:
+        """The result, once every chunk of keys is folded in."""
+        if self.top is None or self.top_idx is None or self.m_safe is None or self.l is None:
+            raise ValueError("no chunk was folded in")
+        top, m, l, acc = self.top, self.m_safe, self.l, self.acc
+        # The winners' scores again, exactly (float64 over their k gathered keys): how a BLAS
+        # sums a chunk's products depends on the chunk's shape (OpenBLAS's edge kernels
+        # differ), so the float32 scores of one key can differ in the last bit between a whole
+        # index and a shard. Their exact values replace their float32 terms in the sum too:
+        # they are its largest, so the weights agree to ~1e-7 however the keys were chunked.
+        found = torch.isfinite(top)  # (B, k) False for masked keys and padding
+        top_idx = torch.where(found, self.top_idx, -1)
+        exact = _exact_scores(q, keys, top_idx.clamp_min(0))  # (B, k) float64
+        z = exact * scale  # (B, k) their exact logits
+        m2 = m.double()[:, None]  # (B, 1) the max x the sum is relative to
+        m64 = m2 * LN_2  # (B, 1) in natural log units
+        summed = torch.exp2(top.double() - m2)  # their terms as summed (≈)
+        l = l + torch.where(found, torch.exp(z - m64) - summed, 0.0).sum(-1)
+        lse = torch.where(l > 0, m64[:, 0] + torch.log(l.clamp_min(1e-300)), -math.inf)  # (B,)
+        weights = torch.exp(z - lse[:, None])  # (B, k) inf where a row has no keys: not found
+        output = None
+        if acc is not None:
+            output = torch.where(l[:, None] > 0, acc / l.clamp_min(1e-300).float()[:, None], 0.0)
+        return Attention(
+            indices=top_idx,
+            scores=torch.where(found, exact, -math.inf).float(),
+            weights=torch.where(found, weights, 0.0).float(),
+            logsumexp=lse,  # float64: shards' answers merge by it (models/shard_merge.py)
+            matched=self.matched,
+            output=output,
+        )
 
 
 def _chunk_logits(
@@ -163,65 +246,6 @@ def _chunk_logits(
         s[:, :c] = x
     if s.shape[1] > c:
         s[:, c:] = -math.inf  # the last block's columns past the keys
-
-
-def _merge_top(
-    top: Tensor | None, top_idx: Tensor | None, cand: Tensor, cand_idx: Tensor, k: int
-) -> tuple[Tensor, Tensor]:
-    """The k best of the running top (B, k) and a chunk's candidates (B, k'), with their rows;
-    the first chunk's k sorted candidates are taken as they are."""
-    if top is not None and top_idx is not None:
-        cand, cand_idx = torch.cat([top, cand], dim=-1), torch.cat([top_idx, cand_idx], dim=-1)
-    elif cand.shape[1] == k:  # a whole chunk's own top-k, already sorted (_chunk_candidates)
-        return cand, cand_idx
-    if cand.shape[1] < k:  # fewer keys so far than k: pad, as a row short of keys ends
-        pad = k - cand.shape[1]
-        cand = torch.cat([cand, cand.new_full((cand.shape[0], pad), -math.inf)], dim=-1)
-        cand_idx = torch.cat([cand_idx, cand_idx.new_full((cand.shape[0], pad), -1)], dim=-1)
-    best_x, best = cand.topk(k, dim=-1)  # (B, k)
-    return best_x, cand_idx.gather(1, best)
-
-
-def _finish(
-    q: Tensor,
-    keys: Tensor,
-    *,
-    scale: float,
-    top: Tensor,
-    top_idx: Tensor,
-    m: Tensor,
-    l: Tensor,
-    acc: Tensor | None,
-    matched: Tensor,
-) -> Attention:
-    """The result from the running top-k `top` (B, k), max m (B,; 0 for a row with no keys)
-    and sum l (B,) of x, the base-2 logits."""
-    # The winners' scores again, exactly (float64 over their k gathered keys): how a BLAS sums
-    # a chunk's products depends on the chunk's shape (OpenBLAS's edge kernels differ), so the
-    # float32 scores of one key can differ in the last bit between a whole index and a shard.
-    # Their exact values replace their float32 terms in the sum too: they are its largest, so
-    # the weights agree to ~1e-7 however the keys were chunked or sharded.
-    found = torch.isfinite(top)  # (B, k) False for masked keys and padding
-    top_idx = torch.where(found, top_idx, -1)
-    exact = _exact_scores(q, keys, top_idx.clamp_min(0))  # (B, k) float64
-    z = exact * scale  # (B, k) their exact logits
-    m2 = m.double()[:, None]  # (B, 1) the max x the sum is relative to
-    m64 = m2 * LN_2  # (B, 1) in natural log units
-    summed = torch.exp2(top.double() - m2)  # their terms as summed (≈)
-    l = l + torch.where(found, torch.exp(z - m64) - summed, 0.0).sum(-1)
-    lse = torch.where(l > 0, m64[:, 0] + torch.log(l.clamp_min(1e-300)), -math.inf)  # (B,)
-    weights = torch.exp(z - lse[:, None])  # (B, k) inf where a row has no keys: not found
-    output = None
-    if acc is not None:
-        output = torch.where(l[:, None] > 0, acc / l.clamp_min(1e-300).float()[:, None], 0.0)
-    return Attention(
-        indices=top_idx,
-        scores=torch.where(found, exact, -math.inf).float(),
-        weights=torch.where(found, weights, 0.0).float(),
-        logsumexp=lse,  # float64: shards' answers merge by it (models/sharded.py)
-        matched=matched,
-        output=output,
-    )
 
 
 def _exact_scores(q: Tensor, keys: Tensor, idx: Tensor) -> Tensor:

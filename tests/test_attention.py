@@ -1,4 +1,5 @@
-"""The attention core against float64 and PyTorch's own scaled_dot_product_attention."""
+"""The attention core against its float64 reference (models/attention.py, reference_attention)
+and PyTorch's own scaled_dot_product_attention, which checks the reference in turn."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ import torch
 import torch.nn.functional as F
 
 from models import cpu_blas
-from models.attention import BLOCK, CUDA_SCORES_BUDGET, SCORES_BUDGET, attend, chunk_for
+from models.attention import (
+    BLOCK,
+    CUDA_SCORES_BUDGET,
+    SCORES_BUDGET,
+    Attention,
+    attend,
+    chunk_for,
+    reference_attention,
+)
 from models.device import pick_device
 
 
@@ -18,14 +27,18 @@ def unit(*shape: int, seed: int) -> torch.Tensor:
     return F.normalize(torch.randn(*shape, generator=g), dim=-1)
 
 
-def reference(
-    q: torch.Tensor, keys: torch.Tensor, scale: float, mask: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Full softmax in float64: weights (B, N) and log-sum-exp (B,)."""
-    logits = (q.double() @ keys.double().T) * scale
-    if mask is not None:
-        logits = logits.masked_fill(~mask, -math.inf)
-    return torch.softmax(logits, dim=-1), torch.logsumexp(logits, dim=-1)
+def assert_same_attention(
+    att: Attention, ref: Attention, *, rtol: float = 2e-6, atol: float = 1e-12
+) -> None:
+    """`att` answers as the reference `ref` does, field by field, within float32 noise."""
+    assert torch.equal(att.indices.cpu(), ref.indices.cpu())
+    torch.testing.assert_close(att.scores.cpu(), ref.scores.cpu())
+    torch.testing.assert_close(att.weights.cpu(), ref.weights.cpu(), rtol=rtol, atol=atol)
+    torch.testing.assert_close(att.logsumexp.cpu(), ref.logsumexp.cpu(), rtol=1e-7, atol=1e-7)
+    assert torch.equal(att.matched.cpu(), ref.matched.cpu())
+    assert (att.output is None) == (ref.output is None)
+    if att.output is not None and ref.output is not None:
+        torch.testing.assert_close(att.output.cpu(), ref.output.cpu(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -41,38 +54,36 @@ def reference(
 def test_weights_and_topk_match_float64(B: int, N: int, d: int, k: int, chunk: int | None) -> None:
     q, keys = unit(B, d, seed=1), unit(N, d, seed=2)
     att = attend(q, keys, k=k, scale=20.0, chunk_size=chunk)
-    ref_w, ref_lse = reference(q, keys, 20.0)
+    ref = reference_attention(q, keys, k=k, scale=20.0)
     kk = min(k, N)
     assert att.indices.shape == att.weights.shape == att.scores.shape == (B, kk)
-    ref_top, ref_idx = ref_w.topk(kk, dim=-1)
-    torch.testing.assert_close(att.weights.double(), ref_top, rtol=2e-5, atol=1e-9)
+    assert ref.indices.shape == (B, kk)
+    torch.testing.assert_close(att.weights, ref.weights, rtol=2e-5, atol=1e-9)
     # indices agree except where two weights tie to within float32 noise
-    same = att.indices == ref_idx
-    assert torch.all(same | torch.isclose(ref_w.gather(1, att.indices), ref_top, rtol=1e-5))
-    torch.testing.assert_close(att.logsumexp.double(), ref_lse, rtol=1e-6, atol=1e-5)
+    exact = (q.double() @ keys.double().T).gather(1, att.indices)  # (B, k')
+    their_w = torch.exp(20.0 * exact - ref.logsumexp[:, None])  # (B, k') float64
+    same = att.indices == ref.indices
+    assert torch.all(same | torch.isclose(their_w, ref.weights.double(), rtol=1e-5))
+    torch.testing.assert_close(att.logsumexp, ref.logsumexp, rtol=1e-6, atol=1e-5)
     torch.testing.assert_close(att.scores, (q @ keys.T).gather(1, att.indices))
     assert torch.all(att.matched == N)
     assert torch.all(att.weights[:, :-1] >= att.weights[:, 1:])
 
 
 @pytest.mark.parametrize("backend", ["mkl", "openblas"])
-def test_either_cpu_blas_gives_the_float64_answer(backend: cpu_blas.Backend) -> None:
+def test_either_cpu_blas_gives_the_float64_answer(backend: cpu_blas.Blas) -> None:
     """Both products the process may pick (models/cpu_blas.py), on the ranker's (d, N) layout,
     with a chunk that leaves ragged edges: same top-k, weights and log-sum-exp as float64, and
     the same weights whatever the chunking (its edges change how a BLAS sums)."""
     q, keys = unit(3, 384, seed=11), unit(5000, 384, seed=12)
     streamed = keys.T.contiguous().T  # (N, d) view of (d, N) memory, as the ranker holds keys
-    cpu_blas.set_backend(backend)
+    cpu_blas.set_blas(backend)
     try:
         att = attend(q, streamed, k=10, scale=20.0, chunk_size=333)
         whole = attend(q, streamed, k=10, scale=20.0)
     finally:
-        cpu_blas.set_backend(None)
-    ref_w, ref_lse = reference(q, keys, 20.0)
-    ref_top, ref_idx = ref_w.topk(10, dim=-1)
-    assert torch.equal(att.indices, ref_idx)
-    torch.testing.assert_close(att.weights.double(), ref_top, rtol=2e-6, atol=1e-12)
-    torch.testing.assert_close(att.logsumexp, ref_lse, rtol=1e-7, atol=1e-7)
+        cpu_blas.set_blas(None)
+    assert_same_attention(att, reference_attention(q, keys, k=10, scale=20.0))
     torch.testing.assert_close(att.weights, whole.weights, rtol=2e-7, atol=1e-12)
 
 
@@ -84,6 +95,77 @@ def test_output_matches_scaled_dot_product_attention(chunk: int) -> None:
     expected = F.scaled_dot_product_attention(q[None], keys[None], values[None], scale=20.0)[0]
     assert att.output is not None
     torch.testing.assert_close(att.output, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "shared", "per_row"])
+def test_reference_matches_scaled_dot_product_attention(mask_kind: str) -> None:
+    """The reference's weights and output are SDPA's, in float64 (its weights read back through
+    identity values), masked or not."""
+    B, N, d = 3, 400, 32
+    q, keys, values = unit(B, d, seed=50), unit(N, d, seed=51), torch.randn(N, 5)
+    g = torch.Generator().manual_seed(52)
+    mask = {
+        "none": None,
+        "shared": torch.rand(N, generator=g) < 0.5,
+        "per_row": torch.rand(B, N, generator=g) < 0.3,
+    }[mask_kind]
+    ref = reference_attention(q, keys, values, k=N, scale=20.0, mask=mask)
+    sdpa_mask = None if mask is None else mask.expand(B, N)[None]
+    q64, k64 = q.double()[None], keys.double()[None]
+    w = F.scaled_dot_product_attention(
+        q64, k64, torch.eye(N, dtype=torch.float64)[None], attn_mask=sdpa_mask, scale=20.0
+    )[0]  # (B, N) every weight
+    found = ref.indices >= 0
+    torch.testing.assert_close(
+        ref.weights.double(), torch.where(found, w.gather(1, ref.indices.clamp_min(0)), 0.0)
+    )
+    assert torch.all(ref.weights[:, :-1] >= ref.weights[:, 1:])  # best first
+    assert ref.output is not None
+    expected = F.scaled_dot_product_attention(
+        q64, k64, values.double()[None], attn_mask=sdpa_mask, scale=20.0
+    )[0]
+    torch.testing.assert_close(ref.output, expected.float())
+
+
+def test_reference_pads_short_rows_as_attention_documents() -> None:
+    """A row with no unmasked key: index −1, score −inf, weight 0, log-sum-exp −inf, output 0;
+    fewer unmasked keys than k: padded; k > N: N columns."""
+    q, keys, values = unit(3, 8, seed=53), unit(6, 8, seed=54), torch.randn(6, 2)
+    mask = torch.ones(3, 6, dtype=torch.bool)
+    mask[1] = False
+    mask[2, 2:] = False
+    ref = reference_attention(q, keys, values, k=10, scale=20.0, mask=mask)
+    assert ref.indices.shape == ref.scores.shape == ref.weights.shape == (3, 6)
+    assert ref.matched.tolist() == [6, 0, 2]
+    assert torch.all(ref.indices[0] >= 0) and torch.all(ref.indices[1] == -1)
+    assert sorted(ref.indices[2, :2].tolist()) == [0, 1] and torch.all(ref.indices[2, 2:] == -1)
+    assert torch.all(torch.isneginf(ref.scores[1])) and torch.all(torch.isneginf(ref.scores[2, 2:]))
+    assert torch.all(ref.weights[1] == 0) and torch.all(ref.weights[2, 2:] == 0)
+    torch.testing.assert_close(ref.weights.sum(-1), torch.tensor([1.0, 0.0, 1.0]))
+    assert torch.isneginf(ref.logsumexp[1]) and torch.isfinite(ref.logsumexp[[0, 2]]).all()
+    assert ref.output is not None and torch.all(ref.output[1] == 0)
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 37, 256])
+@pytest.mark.parametrize("mask_kind", ["none", "shared", "per_row"])
+@pytest.mark.parametrize("with_values", [False, True])
+def test_attend_equals_the_reference(chunk: int | None, mask_kind: str, with_values: bool) -> None:
+    """Every field, chunked or not, masked or not (a row with no key left, one with fewer than
+    k), with values or without."""
+    B, N, d = 5, 1_000, 48
+    q, keys = unit(B, d, seed=55), unit(N, d, seed=56)
+    values = torch.randn(N, 12) if with_values else None
+    g = torch.Generator().manual_seed(57)
+    mask = None
+    if mask_kind == "shared":
+        mask = torch.rand(N, generator=g) < 0.4
+    elif mask_kind == "per_row":
+        mask = torch.rand(B, N, generator=g) < 0.4
+        mask[1] = False
+        mask[3] = False
+        mask[3, [5, 500, 999]] = True  # 3 keys for k = 8
+    att = attend(q, keys, values, k=8, scale=20.0, mask=mask, chunk_size=chunk)
+    assert_same_attention(att, reference_attention(q, keys, values, k=8, scale=20.0, mask=mask))
 
 
 def test_default_scale_is_one_over_sqrt_d_like_pytorch() -> None:
@@ -111,10 +193,9 @@ def test_mask_matches_sdpa_and_renormalises_over_matched_keys() -> None:
         assert len(found) == int(mask[b].sum())
         assert bool(mask[b, found].all())
         assert math.isclose(float(att.weights[b].sum()), 1.0, rel_tol=1e-5)
-    ref_w, _ = reference(q, keys, 20.0, mask)
-    torch.testing.assert_close(
-        att.weights.double(), ref_w.topk(N, dim=-1).values, rtol=2e-5, atol=1e-9
-    )
+    ref = reference_attention(q, keys, values, k=N, scale=20.0, mask=mask)
+    torch.testing.assert_close(att.weights, ref.weights, rtol=2e-5, atol=1e-9)
+    assert torch.equal(att.matched, ref.matched)
 
 
 def test_shared_mask_equals_per_row_mask() -> None:
@@ -190,9 +271,11 @@ def test_weight_ratios_follow_scores_and_scale() -> None:
 
 
 def test_empty_keys() -> None:
-    att = attend(unit(2, 8, seed=24), torch.empty(0, 8), k=3, scale=20.0)
-    assert att.indices.shape == (2, 0)
+    att = attend(unit(2, 8, seed=24), torch.empty(0, 8), torch.empty(0, 4), k=3, scale=20.0)
+    assert att.indices.shape == att.weights.shape == (2, 0)
     assert torch.all(att.matched == 0)
+    assert torch.all(torch.isneginf(att.logsumexp))
+    assert att.output is not None and torch.equal(att.output, torch.zeros(2, 4))
 
 
 @pytest.mark.parametrize(
@@ -248,13 +331,11 @@ def test_cuda_block_maxima_and_masks_match_float64(dtype: torch.dtype) -> None:
     mask[2, 12_345] = True
     device_keys = keys.cuda().T.contiguous().T  # (N, d) view of (d, N) memory
     att = attend(q.cuda(), device_keys, k=7, scale=20.0, mask=mask.cuda(), chunk_size=20_032)
-    qr = q.to(dtype).double()  # attend multiplies q in the keys' dtype
-    ref_w, ref_lse = reference(qr, keys.double(), 20.0, mask)
+    ref = reference_attention(q, keys, k=7, scale=20.0, mask=mask)  # q rounded as attend does
     ok = [0, 3, 4, 5]
-    ref_top = ref_w[ok].topk(7, dim=-1).values
     rtol = 2e-6 if dtype == torch.float32 else 1e-5  # fp16 q and keys, products summed in fp32
-    torch.testing.assert_close(att.weights[ok].cpu().double(), ref_top, rtol=rtol, atol=1e-9)
-    torch.testing.assert_close(att.logsumexp[ok].cpu(), ref_lse[ok], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(att.weights[ok].cpu(), ref.weights[ok], rtol=rtol, atol=1e-9)
+    torch.testing.assert_close(att.logsumexp[ok].cpu(), ref.logsumexp[ok], rtol=1e-6, atol=1e-6)
     assert torch.all(att.indices[1].cpu() == -1) and torch.all(att.weights[1].cpu() == 0)
     assert att.indices[2, 0].item() == 12_345 and torch.all(att.indices[2, 1:].cpu() == -1)
     torch.testing.assert_close(att.weights[2, 0].cpu(), torch.tensor(1.0))
@@ -298,13 +379,12 @@ def test_block_maxima_find_the_same_top_k(B: int, N: int, chunk: int | None) -> 
     keys = unit(N, 32, seed=42)
     keys[N // 2 : N // 2 + 500] = keys[:500]  # 500 keys twice: tied maxima in different blocks
     att = attend(q, keys, k=7, scale=20.0, chunk_size=chunk)
-    ref_w, ref_lse = reference(q, keys, 20.0)
-    ref_top = ref_w.topk(7, dim=-1).values
-    torch.testing.assert_close(att.weights.double(), ref_top, rtol=2e-6, atol=1e-12)
+    ref = reference_attention(q, keys, k=7, scale=20.0)
+    torch.testing.assert_close(att.weights, ref.weights, rtol=2e-6, atol=1e-12)
     torch.testing.assert_close(
         att.scores.double(), (q.double() @ keys.double().T).gather(1, att.indices)
     )
-    torch.testing.assert_close(att.logsumexp, ref_lse, rtol=1e-7, atol=1e-7)
+    torch.testing.assert_close(att.logsumexp, ref.logsumexp, rtol=1e-7, atol=1e-7)
     assert all(len(set(row.tolist())) == 7 for row in att.indices)  # no key twice
 
 
@@ -321,12 +401,9 @@ def test_a_reused_logits_buffer_leaks_nothing_into_the_next_call() -> None:
     assert torch.all(one.indices[:, 1:] == -1)
     torch.testing.assert_close(one.weights[:, 0], torch.ones(3))
     assert torch.all(one.matched == 1)
+    assert_same_attention(one, reference_attention(q, keys, k=5, scale=20.0, mask=mask))
     att = attend(q, keys, k=5, scale=20.0)
-    ref_w, ref_lse = reference(q, keys, 20.0)
-    torch.testing.assert_close(
-        att.weights.double(), ref_w.topk(5, dim=-1).values, rtol=2e-6, atol=1e-12
-    )
-    torch.testing.assert_close(att.logsumexp, ref_lse, rtol=1e-7, atol=1e-7)
+    assert_same_attention(att, reference_attention(q, keys, k=5, scale=20.0))
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
