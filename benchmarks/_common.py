@@ -522,7 +522,7 @@ def environment(extra: Mapping[str, Any]) -> dict[str, Any]:
         "thread_settings": {
             k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT")
         },
-        "cpu_blas": cpu_blas.backend(),  # the product `attend` uses on the CPU (measured)
+        "cpu_blas": cpu_blas.blas(),  # the product `attend` uses on the CPU (measured)
     }
     env.update(extra)
     return env

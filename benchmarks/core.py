@@ -197,8 +197,8 @@ def run_cell(
         return top.values, top.indices
 
     faiss_setting = flat.configure(B)
-    # attend runs on the keys as the service holds them (service/ranker.py): (d, N) memory
-    # seen through its (N, d) transpose view
+    # attend runs on the keys as the service holds them (service/engine/served_index.py
+    # `LocalKeys`): (d, N) memory seen through its (N, d) transpose view
     served = keys.T.contiguous().T
     plan: dict[str, tuple[Callable[[], object], Callable[[object], Answer]]] = {
         "attend": (lambda: attend(q, served, k=K, scale=SCALE), from_attention),

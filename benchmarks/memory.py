@@ -1,12 +1,13 @@
-"""Peak resident memory of the service's search state (encoder + keys and values) for N books.
+"""Peak resident memory of the service's search state (encoder + keys) for N books.
 
     .venv/bin/python -m benchmarks.memory --database-url sqlite:///benchmarks/results/books.db
     .venv/bin/python -m benchmarks.memory --synthetic 1000000      # builds a 1M-book SQLite file
 
 Each measurement runs in a fresh process: RSS once the encoder is loaded (the model), then the
-peak RSS while the index is read from the database into the ranker and after one search. The
-figure to watch is (peak − model) / raw bytes, where raw is N·d·4 for the keys plus the same
-for the values (the indexer stores V = K, and the service holds them once).
+peak RSS while the index is read from the database into the served index and after one search.
+The figure to watch is (peak − model) / raw bytes, where raw is the bytes of every field's keys
+as the served index holds them (`index.keys.by_field`: N·d·4 per field in float32 on the CPU;
+the served index holds no values, a search returns weights).
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(url: str) -> dict[str, float]:
+def measure(url: str) -> dict[str, float | int | str]:
     """In this (fresh) process: load the encoder, then the index, then search once."""
     from indexer.db import create_db_engine
-    from service.main import build_encoder, build_searcher
-    from service.schemas import SearchOptions
+    from service.engine.searcher import SearchOptions
+    from service.engine.served_index import LocalKeys
+    from service.engine.startup import build_encoder, build_searcher
     from service.settings import ServiceSettings
 
     settings = ServiceSettings(database_url=url, device="cpu")
@@ -54,20 +56,23 @@ def measure(url: str) -> dict[str, float]:
     searcher = build_searcher(settings, engine=engine, encoder=encoder)
     load_s = time.perf_counter() - t0
     searcher.search_now(["a book about the sea"], SearchOptions(k=10))
-    ranker = searcher.ranker
-    n, d = ranker.keys.shape
-    raw_kv = (len(ranker.keys_by_field) + 1) * n * d * 4 / 2**20  # every field's keys + values
+    index = searcher.index
+    keys = index.keys
+    assert isinstance(keys, LocalKeys)  # the keys in this process
+    by_field = keys.by_field
+    raw = sum(k.nelement() * k.element_size() for k in by_field.values()) / 2**20
     peak = peak_mib()
     return {
-        "books": n,
-        "dim": d,
+        "books": len(index),
+        "dim": index.dim,
+        "key_fields": len(by_field),
+        "key_dtype": str(keys.dtype).removeprefix("torch."),
         "python_mib": start,
         "model_mib": model - start,
         "peak_mib": peak,
         "after_mib": rss_mib(),
-        "raw_keys_values_mib": raw_kv,
-        "index_peak_over_raw_kv": (peak - model) / raw_kv if raw_kv else float("nan"),
-        "values_shared_with_keys": ranker.values is ranker.keys,
+        "raw_keys_mib": raw,
+        "index_peak_over_raw_keys": (peak - model) / raw if raw else float("nan"),
         "load_s": load_s,
     }
 
@@ -152,14 +157,15 @@ def main() -> None:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
     sys.stdout.write(
-        f"{'books':>9} {'model MiB':>9} {'K+V raw MiB':>11} {'peak MiB':>9} "
-        f"{'(peak-model)/raw':>16} {'V shared':>8} {'load s':>7}\n"
+        f"{'books':>9} {'model MiB':>9} {'keys':>13} {'K raw MiB':>9} {'peak MiB':>9} "
+        f"{'(peak-model)/raw':>16} {'load s':>7}\n"
     )
     for r in rows:
+        keys = f"{r['key_fields']}×{r['key_dtype']}"
         sys.stdout.write(
-            f"{r['books']:>9} {r['model_mib']:>9.0f} {r['raw_keys_values_mib']:>11.0f} "
-            f"{r['peak_mib']:>9.0f} {r['index_peak_over_raw_kv']:>16.2f} "
-            f"{r['values_shared_with_keys']!s:>8} {r['load_s']:>7.1f}\n"
+            f"{r['books']:>9} {r['model_mib']:>9.0f} {keys:>13} {r['raw_keys_mib']:>9.0f} "
+            f"{r['peak_mib']:>9.0f} {r['index_peak_over_raw_keys']:>16.2f} "
+            f"{r['load_s']:>7.1f}\n"
         )
 
 

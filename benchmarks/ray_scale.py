@@ -8,9 +8,12 @@
    `attend index --engine ray` on a local Ray with 1 and with 2 encoder actors. Ray's start-up is
    timed apart. The Ray databases are checked against the single-process one (same books, max
    |Δ| of every vector).
-2. Shard hop: ms per single-query search with the query vectors made beforehand: the local
-   `Ranker`, the router's merge over 2 in-process shards, and over 1 and 2 Ray Serve shard
-   deployments (the same code the HTTP router runs), on the re-indexed catalog.
+2. Shard hop: ms per single-query search with the query vectors made beforehand, what the
+   service's searcher runs per batch (`rank_queries`: the default heads' mixture, title,
+   description and lexical, exact top 10, no filters): on the local served index
+   (`ServedIndex.local`), on the router's index over 2 in-process shards, and over 1 and 2 Ray
+   Serve shard deployments (`sharded_index`, the same code the HTTP router runs), on the
+   re-indexed catalog.
 3. The attention core alone on 1,000,000 random keys, B = 1 and 64: the per-query cost that
    the sizing table in the README scales to 30M books.
 """
@@ -40,11 +43,14 @@ from indexer.catalog import CatalogRecord, scan_catalog
 from indexer.data import DEMO_CATALOG
 from indexer.settings import IndexSettings
 from models.attention import attend
-from models.sharded import split
-from service.main import build_encoder
-from service.ranker import Filters, Ranker
+from models.shard_merge import split
+from service.cluster.router import sharded_index
+from service.cluster.shard import LocalShard, Shard
+from service.engine.filters import Filters
+from service.engine.query_ranking import rank_queries
+from service.engine.served_index import ServedIndex
+from service.engine.startup import build_encoder
 from service.settings import ServiceSettings
-from service.sharded import LocalShard, Shard, ShardedRanker
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "books.jsonl"
@@ -125,19 +131,37 @@ def _load(url: str, model: str) -> store.LoadedIndex:
         engine.dispose()
 
 
+def _descriptions(url: str, index: store.LoadedIndex) -> list[str | None]:
+    """The lexical head's descriptions of `index`'s books, as the service reads them."""
+    engine = db.create_db_engine(url)
+    try:
+        with Session(engine) as session:
+            return store.book_descriptions(
+                session=session, book_ids=index.ids, generation=index.generation
+            )
+    finally:
+        engine.dispose()
+
+
 def hop(url: str, queries: int) -> list[dict[str, Any]]:
     """ms per single-query search (no encoder): local, in-process shards, Ray Serve shards."""
     from ray import serve
 
-    from service.ray_serve import RayShard, ShardDeployment
+    from service.cluster.deployments import RayShard, ShardDeployment
 
     settings = ServiceSettings(database_url=url, device="cpu")
     encoder = build_encoder(settings)
-    q = encoder.encode(unique_queries()[:queries])  # (Q, d)
+    texts = unique_queries()[:queries]
+    q = encoder.encode(texts)  # (Q, d)
     index = _load(url, encoder.name)
-    rankers: dict[str, Ranker] = {"local Ranker (one process)": Ranker(index, device="cpu")}
+    descriptions = _descriptions(url, index)
+    served: dict[str, ServedIndex] = {
+        "local served index (one process)": ServedIndex.local(
+            index, device="cpu", descriptions=descriptions
+        )
+    }
     local = [LocalShard(Shard(index, shard=s, shards=2, device="cpu")) for s in range(2)]
-    rankers["2 in-process shards + merge"] = ShardedRanker(index, local)
+    served["2 in-process shards + merge"] = sharded_index(index, local, descriptions=descriptions)
     with ray_embed.ray_session(None, num_cpus=4):  # logical CPUs: 3 shard replicas of 1 each
         serve.start()
         try:
@@ -156,8 +180,8 @@ def hop(url: str, queries: int) -> list[dict[str, Any]]:
                     for s, (h, (a, b)) in enumerate(zip(handles, split(len(index), n), strict=True))
                 ]
                 label = f"{n} Ray Serve shard{'s' if n > 1 else ''} + merge"
-                rankers[label] = ShardedRanker(index, clients)
-            rows = [{"path": name, **_time(r, q)} for name, r in rankers.items()]
+                served[label] = sharded_index(index, clients, descriptions=descriptions)
+            rows = [{"path": name, **_time(s, q, texts, settings)} for name, s in served.items()]
         finally:
             serve.shutdown()
     base = rows[0]["p50_ms"]
@@ -166,12 +190,28 @@ def hop(url: str, queries: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _time(ranker: Ranker, q: torch.Tensor) -> dict[str, float]:
-    ranker.rank(q[:1], k=10, scale=20.0, filters=[Filters()])  # warm-up
+def _time(
+    index: ServedIndex, q: torch.Tensor, texts: list[str], settings: ServiceSettings
+) -> dict[str, float]:
+    """ms per single-query `rank_queries` (the default heads, top 10, no filters)."""
+    heads, scales = settings.default_heads, settings.scales  # parsed once, outside the timing
+
+    def search(i: int) -> None:
+        rank_queries(
+            index,
+            q[i : i + 1],
+            texts[i : i + 1],
+            k=10,
+            heads=[heads],
+            scales=scales,
+            filters=[Filters()],
+        )
+
+    search(0)  # warm-up
     ms = []
     for i in range(q.shape[0]):
         t0 = time.perf_counter()
-        ranker.rank(q[i : i + 1], k=10, scale=20.0, filters=[Filters()])
+        search(i)
         ms.append((time.perf_counter() - t0) * 1000)
     ms.sort()
     return {
@@ -239,7 +279,11 @@ def main() -> None:
         return
     sys.stdout.write(f"catalog {args.catalog}, first {args.books} books, {os.cpu_count()} CPUs\n\n")
     sys.stdout.write("Re-index\n" + table(reindex_rows) + "\n\n")
-    sys.stdout.write("Shard hop (B = 1, encoder excluded)\n" + table(hop_rows) + "\n\n")
+    sys.stdout.write(
+        "Shard hop (B = 1, rank_queries with the default heads, encoder excluded)\n"
+        + table(hop_rows)
+        + "\n\n"
+    )
     sys.stdout.write("Attention core, random keys, CPU float32\n" + table(core_rows) + "\n")
 
 

@@ -32,7 +32,7 @@ from indexer.data import DEMO_CATALOG
 from indexer.settings import IndexSettings
 from models.device import pick_device
 from models.encoder import Encoder
-from service.main import build_encoder
+from service.engine.startup import build_encoder
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "books.jsonl"

@@ -7,7 +7,7 @@ shared catalog and the same model, per kind of query (benchmarks/relevance_label
 Indexes the shared catalog into the database first when it holds no books. Rows:
 
 - `attend`: the service's defaults (ATTEND_HEADS for a search, ATTEND_SIMILAR_HEADS for more
-  like this), through the service's own code (Searcher, recommender.similar);
+  like this), through the service's own code (Searcher, book_ranking.similar);
 - `title`, `description`, `lexical`: each head alone, through the same code;
 - `dense`: cosine over one embedding of "title. description" per book (the plain dense search);
 - `bm25`: bm25s over title, authors and description, each once (stemmed, stop words dropped);
@@ -50,13 +50,12 @@ from benchmarks.relevance_queries import NONSENSE
 from indexer import db, pipeline, store
 from indexer.settings import IndexSettings
 from models.encoder import Encoder
-from service import recommender
-from service.heads import HEADS, BookHeads
-from service.lexical import LexicalIndex
-from service.main import build_encoder, build_searcher
-from service.ranker import Ranker
-from service.schemas import SearchOptions
-from service.searcher import NO_STRONG_MATCH_BELOW, Searcher
+from service.engine import book_ranking
+from service.engine.head_weights import HEADS, BookHeads, parse_heads
+from service.engine.lexical import LexicalIndex
+from service.engine.searcher import NO_STRONG_MATCH_BELOW, Searcher, SearchOptions
+from service.engine.served_index import ServedIndex
+from service.engine.startup import build_encoder, build_searcher
 from service.settings import ServiceSettings
 
 logger = logging.getLogger(__name__)
@@ -124,13 +123,13 @@ def search_rankings(
     searcher: Searcher, base: Baselines, queries: Sequence[Judged]
 ) -> dict[str, Rankings]:
     texts = [q.query for q in queries]
-    rows = {book_id: i for i, book_id in enumerate(searcher.ranker.ids)}
+    rows = {book_id: i for i, book_id in enumerate(searcher.index.books.ids)}
 
-    def attend(heads: str | None) -> Rankings:
+    def attend(heads: dict[str, float] | None) -> Rankings:
         responses = searcher.search_now(texts, SearchOptions(k=K, heads=heads))
-        return [[rows[hit.id] for hit in r.results] for r in responses]
+        return [[rows[hit.book.id] for hit in r.results] for r in responses]
 
-    out = {"attend": attend(None)} | {h: attend(f"{h}:1") for h in HEADS}
+    out = {"attend": attend(None)} | {h: attend(parse_heads(f"{h}:1")) for h in HEADS}
     out["dense"] = base.dense(base.encoder.encode(texts).numpy())
     out["bm25"] = base.lexical(texts)
     out["rrf"] = rrf(out["dense"], out["bm25"])
@@ -138,14 +137,14 @@ def search_rankings(
 
 
 def similar_rankings(
-    ranker: Ranker, default: BookHeads, base: Baselines, queries: Sequence[Judged]
+    index: ServedIndex, default: BookHeads, base: Baselines, queries: Sequence[Judged]
 ) -> dict[str, Rankings]:
-    row_of = {book_id: i for i, book_id in enumerate(ranker.ids)}
+    row_of = {book_id: i for i, book_id in enumerate(index.books.ids)}
     rows = [row_of[q.query] for q in queries]
 
     def attend(heads: BookHeads) -> Rankings:
-        answers = [recommender.similar(ranker, q.query, k=K, heads=heads) for q in queries]
-        return [[row_of[hit.id] for hit in a.results] for a in answers]
+        answers = [book_ranking.similar(index, q.query, k=K, heads=heads) for q in queries]
+        return [[row_of[hit.book.id] for hit in a.results] for a in answers]
 
     out = {"attend": attend(default)}
     out |= {h: attend(BookHeads({h: 1.0}, default.scales)) for h in HEADS}
@@ -191,9 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = ServiceSettings(database_url=args.database_url, device="cpu")
     engine = db.create_db_engine(args.database_url)
     searcher = build_searcher(settings, engine=engine)
-    ranker = searcher.ranker
+    index = searcher.index
     by_id = {b.id: b for b in load_books(args.catalog)}
-    books = [by_id[i] for i in ranker.ids]
+    books = [by_id[i] for i in index.books.ids]
     queries = judged_queries(books, args.subjects)
     base = Baselines(books, searcher.encoder, results)
 
@@ -205,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         if not qs:
             continue
         if kind == "similar":
-            rankings = similar_rankings(ranker, settings.similar, base, qs)
+            rankings = similar_rankings(index, settings.similar, base, qs)
         else:
             rankings = search_rankings(searcher, base, qs)
         table[kind] = {row: score(qs, rankings[row]) for row in ROWS}

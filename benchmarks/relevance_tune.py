@@ -30,9 +30,10 @@ import numpy as np
 from benchmarks.relevance import SHARED, Baselines, ensure_index, rrf, top
 from benchmarks.relevance_labels import Judged, judged_queries, load_books, score
 from indexer import db
-from service import recommender
-from service.heads import HEADS, LEXICAL
-from service.main import build_searcher
+from service.engine import book_ranking
+from service.engine.head_weights import HEADS, LEXICAL
+from service.engine.served_index import LocalKeys
+from service.engine.startup import build_searcher
 from service.settings import ServiceSettings
 
 SEARCH_KINDS = ("names", "subjects", "intents")
@@ -111,25 +112,27 @@ def main(argv: list[str] | None = None) -> int:
     ensure_index(args.database_url, args.catalog)
     settings = ServiceSettings(database_url=args.database_url, device="cpu")
     searcher = build_searcher(settings, engine=db.create_db_engine(args.database_url))
-    ranker = searcher.ranker
+    index = searcher.index
+    ids = index.books.ids
     by_id = {b.id: b for b in load_books(args.catalog)}
-    books = [by_id[i] for i in ranker.ids]
+    books = [by_id[i] for i in ids]
     queries = judged_queries(books, args.subjects)
-    keys = {f: ranker.keys_by_field[f].numpy() for f in ranker.keys_by_field}
+    assert isinstance(index.keys, LocalKeys)  # the keys in this process
+    keys = index.keys.host()  # field → (N, d) float32
     runs: dict[str, tuple[list[Judged], Scores, np.ndarray]] = {}
     for kind in (*SEARCH_KINDS, "similar"):
         qs = [q for q in queries if q.kind == kind]
-        mask = np.zeros((len(qs), len(ranker)), dtype=bool)
+        mask = np.zeros((len(qs), len(index)), dtype=bool)
         if kind == "similar":  # the book is the query: its keys, its title and authors
-            rows = [ranker.ids.index(q.query) for q in qs]
+            rows = [ids.index(q.query) for q in qs]
             mask[np.arange(len(rows)), rows] = True
             s = {f: keys[f][rows] @ keys[f].T for f in keys}
-            texts = [recommender.book_terms(ranker, r) for r in rows]
+            texts = [book_ranking.book_terms(index, r) for r in rows]
         else:
             q = searcher.encoder.encode([x.query for x in qs]).numpy()
             s = {f: q @ keys[f].T for f in keys}
             texts = [x.query for x in qs]
-        s[LEXICAL] = ranker.lexical.scores(texts)
+        s[LEXICAL] = index.lexical.scores(texts)
         runs[kind] = (qs, s, mask)
 
     out = [f"calibrated to a mean entropy of {args.target} nats:"]
