@@ -48,7 +48,8 @@ DISLIKE_STRENGTH = 0.5
 
 
 def rows_of(index: ServedIndex, ids: list[str]) -> list[int]:
-    """Catalog rows of `ids`, in order, duplicates dropped; 404 on the first unknown id."""
+    """Catalog rows of `ids`, in order, duplicates dropped; BookNotFoundError at the first
+    unknown id."""
     rows = []
     for book_id in dict.fromkeys(ids):
         row = index.row_of(book_id)

@@ -1,4 +1,4 @@
-"""`GET /books/{id}/explain`: a book's token embeddings (cached) against the query's."""
+"""Explanations: a book's token embeddings (cached) against the query's, word by word."""
 
 from __future__ import annotations
 
