@@ -8,7 +8,7 @@ import hashlib
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -135,6 +135,17 @@ def test_while_small_requests_are_about_a_batch_keeps_to_the_budget(
         s.close()
 
 
+class SwappingEncoder(RandomEncoder):
+    """Calls `swap` as it encodes each batch: a new generation swapped in while a batch is
+    answered, as the reloader may (the batch itself already holds its generation)."""
+
+    swap: Callable[[], object] = staticmethod(lambda: None)
+
+    def encode(self, texts: list[str]) -> torch.Tensor:
+        self.swap()
+        return super().encode(texts)
+
+
 def test_a_request_answered_over_several_batches_is_one_generation(
     engine: Engine, tmp_path: Path
 ) -> None:
@@ -142,17 +153,14 @@ def test_a_request_answered_over_several_batches_is_one_generation(
     must not answer the rest of it (each request: one generation)."""
     url = index_books(engine, tmp_path, BOOKS, RandomEncoder())
     settings = ServiceSettings(database_url=url, device="cpu", max_batch=8)
-    s = build_searcher(settings, engine=engine, encoder=RandomEncoder())
+    encoder = SwappingEncoder()
+    s = build_searcher(settings, engine=engine, encoder=encoder)
     older = s.index.generation
     extra: dict[str, object] = {"id": "new", "title": "A new book", "description": "new"}
     index_books(engine, tmp_path, [*BOOKS, extra], RandomEncoder())
     newer = build_searcher(settings, engine=engine, encoder=RandomEncoder()).index
     assert newer.generation != older
-
-    def swap_after_the_first_batch(_size: int) -> None:
-        s.index = newer  # as the reloader swaps a generation in, between two batches
-
-    s.on_batch = swap_after_the_first_batch
+    encoder.swap = lambda: setattr(s, "index", newer)
     s.start()
     try:
         big = asyncio.run(s.search([f"tale {i}" for i in range(64)], SearchOptions(k=3)))

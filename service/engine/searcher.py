@@ -25,7 +25,7 @@ import math
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -153,7 +153,6 @@ class Searcher:
         self.cache = QueryCache(cache_size)
         self.batch_sizes: deque[int] = deque(maxlen=1000)  # queries per attention call
         self.batch_counts: Counter[int] = Counter()  # batches answered, by size (metrics)
-        self.on_batch: Callable[[int], None] | None = None  # told each batch's size
         self._waiting: deque[_Job] = deque()  # jobs with queries not yet in a batch, in turn
         self.batch_budget_s = batch_budget_ms / 1000  # 0: batches sized by max_batch alone
         self._cost: float | None = None  # seconds per query of recent batches (EWMA)
@@ -339,8 +338,6 @@ class Searcher:
         )
         self.batch_sizes.append(len(texts))
         self.batch_counts[len(texts)] += 1
-        if self.on_batch is not None:
-            self.on_batch(len(texts))
         return [
             [self._result(index, t, s.job.options, next(rankings)) for t in s.queries] for s in jobs
         ]
