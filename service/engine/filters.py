@@ -46,6 +46,10 @@ class FilterColumns:
         self._rows = {book_id: i for i, book_id in enumerate(books.ids)}
         self._mask = lru_cache(maxsize=64)(self._build_mask)
 
+    def row_of(self, book_id: str) -> int | None:
+        """The row of `book_id`, None when it is not among these books."""
+        return self._rows.get(book_id)
+
     def mask(self, filters: Filters) -> Tensor | None:
         """(N,) bool, True for the books the filters keep; None when there are no filters."""
         return self._mask(filters) if filters.active else None
@@ -73,6 +77,6 @@ class FilterColumns:
             name = filters.author.casefold()
             keep &= torch.tensor([name in a for a in self._author], dtype=torch.bool)
         for book_id in filters.exclude:
-            if (row := self._rows.get(book_id)) is not None:
+            if (row := self.row_of(book_id)) is not None:
                 keep[row] = False
         return keep.to(self.device)

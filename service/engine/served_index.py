@@ -160,7 +160,6 @@ class ServedIndex:
         self.keys = keys
         self.lexical = lexical_index(index.books, descriptions)
         self.filters = FilterColumns(index.books, device=keys.device)
-        self._rows = {book_id: i for i, book_id in enumerate(index.books.ids)}
 
     @classmethod
     def local(
@@ -203,7 +202,7 @@ class ServedIndex:
 
     def row_of(self, book_id: str) -> int | None:
         """The row of `book_id`, None when it is not in the index."""
-        return self._rows.get(book_id)
+        return self.filters.row_of(book_id)  # the filter columns map ids to rows already
 
     def host_index(self) -> LoadedIndex:
         """This index's rows on the host, for `store.apply_diff` (local keys only)."""
