@@ -32,10 +32,6 @@ class BookColumns:
     years: list[int | None]
     languages: list[str | None]
 
-    @classmethod
-    def empty(cls) -> BookColumns:
-        return cls([], [], [], [], [])
-
     def __len__(self) -> int:
         return len(self.ids)
 
