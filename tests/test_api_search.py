@@ -233,6 +233,10 @@ def test_healthz_and_docs(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()
     weight = schema["components"]["schemas"]["SearchHit"]["properties"]["weight"]
     assert "softmax" in weight["description"]
+    # the routes return pre-rendered JSON (ModelJSON); /docs still names their schemas
+    for method, name in (("get", "SearchResponse"), ("post", "SearchBatchResponse")):
+        ok = schema["paths"]["/search"][method]["responses"]["200"]["content"]
+        assert ok["application/json"]["schema"]["$ref"] == f"#/components/schemas/{name}"
 
 
 def test_an_empty_index_answers_503(database_url: str) -> None:

@@ -10,6 +10,7 @@ api.search_schemas.SearchResponse. A new generation → engine.reloader swaps th
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,6 +30,7 @@ from service.api.telemetry import RequestTelemetry
 from service.engine.explainer import Explainer
 from service.engine.notify import follow_generations
 from service.engine.reindex_jobs import ReindexJobs
+from service.engine.reloader import freeze_long_lived
 from service.engine.searcher import Searcher
 from service.engine.startup import (
     IndexSource,
@@ -138,9 +140,11 @@ def create_app(
             app.state.searcher = searcher
             app.state.settings = settings
             app.state.explainer = Explainer(searcher.encoder, scale=settings.scale)
+            freeze_long_lived()
             try:
                 yield
             finally:
+                gc.unfreeze()
                 stop_following()
                 jobs.close()
                 searcher.close()

@@ -4,11 +4,13 @@ dataclasses (service/engine/results.py); `search_response` turns one into this s
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import asdict, fields, is_dataclass
+from dataclasses import fields, is_dataclass
 from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from starlette.responses import Response
 
 from indexer.book_columns import BookFields
 from service.engine.filters import Filters
@@ -165,8 +167,19 @@ class BookFieldsOut(BaseModel):
         book = getattr(hit, "book", None)
         if not isinstance(book, BookFields) or not is_dataclass(hit):
             return hit
-        found = {f.name: getattr(hit, f.name) for f in fields(hit) if f.name != "book"}
-        return {**asdict(book), **found}
+        # shallow, by names read once: dataclasses.asdict deep-copies every book's authors,
+        # which was two thirds of building a 64-query response (11 of 17 ms)
+        kind: type = type(hit)
+        found = {name: getattr(hit, name) for name in _field_names(kind) if name != "book"}
+        return {**{name: getattr(book, name) for name in _BOOK_FIELDS}, **found}
+
+
+_BOOK_FIELDS = tuple(f.name for f in fields(BookFields))
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 class SearchHit(BookFieldsOut):
@@ -226,3 +239,19 @@ class SearchBatchResponse(BaseModel):
 
 def search_response(result: SearchResult) -> SearchResponse:
     return SearchResponse.model_validate(result, from_attributes=True)
+
+
+class ModelJSON(Response):
+    """A response whose body is a schema already validated, rendered by pydantic-core.
+
+    A route that returns its schema makes FastAPI validate it a second time and serialise it
+    through Python dicts and json.dumps, all on the event loop: for a 64-query POST /search that
+    was 30 of its 55 ms there, while every other request waited (the route names its schema in
+    `response_model=` for /docs)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        if not isinstance(content, BaseModel):
+            raise TypeError(f"ModelJSON renders a schema, not {type(content).__name__}")
+        return content.model_dump_json().encode()

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 from torch import Tensor
 
 from indexer.book_columns import BookColumns
+
+MASKS_CACHED = 64
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,12 @@ class Filters:
 
 class FilterColumns:
     """The columns filters read, prepared once per catalog, and the masks they give: (N,) bool,
-    True for a book a query may attend to, on `device`. The last 64 masks are cached."""
+    True for a book a query may attend to, on `device`. The last MASKS_CACHED masks are cached.
+
+    The cache is a plain LRU, not `functools.lru_cache` over the bound method: that made the
+    columns a reference cycle (columns → cache → bound method → columns), so a retired
+    generation's columns waited for the cycle collector, and the service keeps the collector
+    off its long-lived objects (gc.freeze, service/api/main.py)."""
 
     def __init__(self, books: BookColumns, *, device: torch.device):
         self.device = device
@@ -44,7 +52,8 @@ class FilterColumns:
         self._language = [(lang or "").casefold() for lang in books.languages]
         self._author = ["\n".join(a).casefold() for a in books.authors]
         self._rows = {book_id: i for i, book_id in enumerate(books.ids)}
-        self._mask = lru_cache(maxsize=64)(self._build_mask)
+        self._masks: OrderedDict[Filters, Tensor] = OrderedDict()
+        self._masks_lock = threading.Lock()  # the searcher's worker and the routes' threads
 
     def row_of(self, book_id: str) -> int | None:
         """The row of `book_id`, None when it is not among these books."""
@@ -52,7 +61,18 @@ class FilterColumns:
 
     def mask(self, filters: Filters) -> Tensor | None:
         """(N,) bool, True for the books the filters keep; None when there are no filters."""
-        return self._mask(filters) if filters.active else None
+        if not filters.active:
+            return None
+        with self._masks_lock:
+            if (cached := self._masks.get(filters)) is not None:
+                self._masks.move_to_end(filters)
+                return cached
+        keep = self._build_mask(filters)
+        with self._masks_lock:
+            self._masks[filters] = keep
+            while len(self._masks) > MASKS_CACHED:
+                self._masks.popitem(last=False)
+        return keep
 
     def batch_mask(self, filters: Sequence[Filters]) -> Tensor | None:
         """None without filters, (N,) when every query shares them, else (B, N)."""

@@ -25,7 +25,7 @@ import math
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -56,6 +56,12 @@ SMALL_SEEN_S = 1.0  # small requests count as about this long after the last one
 # in the batch (about 7 ms a query at 1, 8 or 64 on a loaded 2-core machine), and a small request
 # waits for the batch before it (benchmarks/soak.py).
 BUDGET_FLOOR = 4
+# Queries per encoder call of a batch with big work while small requests are about; between
+# calls the small requests waiting are answered. One query alone costs 3.0 ms here, 4 in one
+# call 2.1 ms each, 16 1.9, 64 1.9 (benchmarks/soak.py's machine, idle): 4 is 11% dearer than
+# one call for all, and a small request waits for at most one such call. Without small
+# requests about, 16 (a first one waits for 16 queries' encoding, not a whole batch's).
+ENCODE_CHUNK = 4
 
 
 def match_strength(top_weight: float, matched: int) -> float:
@@ -158,6 +164,7 @@ class Searcher:
         self._cost: float | None = None  # seconds per query of recent batches (EWMA)
         self._small_seen = -math.inf  # when the last small request arrived (monotonic)
         self._small_next = False  # the last batch held big work: small requests alone next
+        self._lent = 0.0  # seconds of small batches answered inside big ones, all told
         self.small_seen_s = SMALL_SEEN_S
         self._changed = threading.Condition()  # a job arrived, or close() was called
         self._stopping = False
@@ -197,20 +204,40 @@ class Searcher:
         busy = False  # did the last batch have company? then more is likely on its way
         while (batch := self._collect(wait=busy)) is not None:
             busy = len(batch) > 1 or bool(self._waiting)
-            try:
-                t0 = time.perf_counter()
-                answers = self._answer_pinned(batch)
-                if any(_big(piece) for piece in batch):  # the batches that the budget sizes
-                    self._measure(time.perf_counter() - t0, sum(len(p.queries) for p in batch))
-                for piece, responses in zip(batch, answers, strict=True):
-                    job = piece.job
-                    job.responses.extend(responses)
-                    if len(job.responses) == len(job.queries) and not job.future.done():
-                        job.future.set_result(job.responses)  # done: cancelled (client gone)
-            except Exception as e:  # every request in the batch gets the error, none hangs
-                self._fail({id(piece.job): piece.job for piece in batch}.values(), e)
+            self._run(batch)
 
-    def _answer_pinned(self, batch: list[_Slice]) -> list[list[SearchResult]]:
+    def _run(self, batch: list[_Slice]) -> None:
+        """Answer `batch` and hand each request its responses once it has them all. A batch
+        with big work yields to the small requests that arrive while it is encoded
+        (`_answer_small`); the time they take is not counted in its cost."""
+        big = any(_big(piece) for piece in batch)  # the batches that the budget sizes
+        try:
+            t0, lent = time.perf_counter(), self._lent
+            answers = self._answer_pinned(batch, between=self._answer_small if big else None)
+            if big:
+                spent = time.perf_counter() - t0 - (self._lent - lent)
+                self._measure(spent, sum(len(p.queries) for p in batch))
+            for piece, responses in zip(batch, answers, strict=True):
+                job = piece.job
+                job.responses.extend(responses)
+                if len(job.responses) == len(job.queries) and not job.future.done():
+                    job.future.set_result(job.responses)  # done: cancelled (client gone)
+        except Exception as e:  # every request in the batch gets the error, none hangs
+            self._fail({id(piece.job): piece.job for piece in batch}.values(), e)
+
+    def _answer_small(self) -> None:
+        """Between the encoder calls of a batch with big work: answer the small requests
+        waiting now, so one waits for one encoder call of big work, not for a whole batch."""
+        with self._changed:
+            batch = self._take_small()
+        if batch:
+            t0 = time.perf_counter()
+            self._run(batch)
+            self._lent += time.perf_counter() - t0
+
+    def _answer_pinned(
+        self, batch: list[_Slice], *, between: Callable[[], None] | None = None
+    ) -> list[list[SearchResult]]:
         """`_answer`, each slice from its request's generation: one call per generation in
         the batch (two only in the batches that straddle a swap)."""
         current = self.index
@@ -221,7 +248,8 @@ class Searcher:
         answers: list[list[SearchResult]] = [[] for _ in batch]
         for index, members in groups.values():
             pieces = [batch[i] for i in members]
-            for i, responses in zip(members, self._answer(pieces, index), strict=True):
+            answered = self._answer(pieces, index, between=between)
+            for i, responses in zip(members, answered, strict=True):
                 answers[i] = responses
         for piece in batch:
             if piece.job.index is None:
@@ -274,6 +302,23 @@ class Searcher:
     def _unbatched(self) -> int:
         return sum(len(job.queries) - job.taken for job in self._waiting)
 
+    def _take_small(self) -> list[_Slice]:
+        """The waiting small requests, whole, in turn, up to `max_batch` queries (under the
+        lock). Small from the start, untouched: the last queries of a big request may be in
+        the very batch this one interrupts, and a request's answers are in its order."""
+        self._waiting = deque(job for job in self._waiting if not job.future.cancelled())
+        batch: list[_Slice] = []
+        size = 0
+        for job in self._waiting:
+            n = len(job.queries)
+            if job.taken == 0 and n <= SMALL_REQUEST and size + n <= self.max_batch:
+                batch.append(_Slice(job, 0, n))
+                size += n
+                job.taken = n
+        if batch:
+            self._waiting = deque(job for job in self._waiting if _left(job) > 0)
+        return batch
+
     def _take(self) -> list[_Slice]:
         """Up to `_limit()` queries from the waiting jobs, one from each in turn, small
         requests first; a job with queries left over goes to the back of the line. Called
@@ -313,7 +358,11 @@ class Searcher:
         return batch
 
     def _answer(
-        self, jobs: list[_Slice], index: ServedIndex | None = None
+        self,
+        jobs: list[_Slice],
+        index: ServedIndex | None = None,
+        *,
+        between: Callable[[], None] | None = None,
     ) -> list[list[SearchResult]]:
         if index is None:
             index = self.index  # one generation for the whole batch, even if a swap comes
@@ -321,7 +370,7 @@ class Searcher:
             raise IndexEmptyError()
         texts = [text for job in jobs for text in job.queries]
         logger.debug("batch of %d queries: %r", len(texts), texts)
-        q = self.cache.encode(self.encoder, texts)  # (B, d)
+        q = self._encode(texts, between)  # (B, d)
         filters = [s.job.options.filters for s in jobs for _ in s.queries]
         heads = [s.job.options.heads or self.heads for s in jobs for _ in s.queries]
         k = max(s.job.options.offset + s.job.options.k for s in jobs)
@@ -341,6 +390,19 @@ class Searcher:
         return [
             [self._result(index, t, s.job.options, next(rankings)) for t in s.queries] for s in jobs
         ]
+
+    def _encode(self, texts: list[str], between: Callable[[], None] | None) -> torch.Tensor:
+        """(B, d). With `between`, in encoder calls of ENCODE_CHUNK queries while small requests
+        are about (else 4 × that), calling `between` after each."""
+        if between is None:
+            return self.cache.encode(self.encoder, texts)
+        about = time.monotonic() - self._small_seen <= self.small_seen_s
+        chunk = ENCODE_CHUNK if about else 4 * ENCODE_CHUNK
+        parts = []
+        for start in range(0, len(texts), chunk):
+            parts.append(self.cache.encode(self.encoder, texts[start : start + chunk]))
+            between()
+        return torch.cat(parts)  # (B, d)
 
     def _result(
         self, index: ServedIndex, text: str, options: SearchOptions, ranking: Ranking
