@@ -16,8 +16,9 @@ import torch
 from sqlalchemy import Engine
 
 from conftest import FakeEncoder, index_books
+from service.engine.batching import BUDGET_FLOOR, SMALL_REQUEST
 from service.engine.results import SearchResult
-from service.engine.searcher import BUDGET_FLOOR, SMALL_REQUEST, Searcher, SearchOptions
+from service.engine.searcher import Searcher, SearchOptions
 from service.engine.startup import build_searcher
 from service.settings import ServiceSettings
 
@@ -43,7 +44,7 @@ def searcher(engine: Engine, tmp_path: Path) -> Iterator[Searcher]:
     url = index_books(engine, tmp_path, BOOKS, RandomEncoder())
     settings = ServiceSettings(database_url=url, device="cpu", batch_window_ms=2, max_batch=64)
     s = build_searcher(settings, engine=engine, encoder=RandomEncoder())
-    s.batch_budget_s = 0  # turns alone here; the budget has its own test below
+    s.line.batch_budget_s = 0  # turns alone here; the budget has its own test below
     s.start()
     yield s
     s.close()
@@ -100,8 +101,8 @@ def test_while_small_requests_are_about_a_batch_keeps_to_the_budget(
     url = index_books(engine, tmp_path, BOOKS, RandomEncoder())
     settings = ServiceSettings(database_url=url, device="cpu", batch_window_ms=2, max_batch=64)
     s = build_searcher(settings, engine=engine, encoder=SlowEncoder())
-    s.batch_budget_s = 0.016  # 16 ms: at ≥ 1 ms a query, at most 16 queries a batch
-    s.small_seen_s = 600  # the small requests stay "about" however slow the machine is
+    s.line.batch_budget_s = 0.016  # 16 ms: at ≥ 1 ms a query, at most 16 queries a batch
+    s.line.small_seen_s = 600  # the small requests stay "about" however slow the machine is
     s.start()
     try:
 
@@ -127,10 +128,60 @@ def test_while_small_requests_are_about_a_batch_keeps_to_the_budget(
         assert all(BUDGET_FLOOR <= n <= 16 + 4 or n <= SMALL_REQUEST for n in mixed[1:-1]), mixed
         assert all(name.startswith("single") for name in finished[:4]), finished
 
-        s.small_seen_s = 0  # no small request about any more
+        s.line.small_seen_s = 0  # no small request about any more
         s.batch_sizes.clear()
         asyncio.run(load(singles=0))
         assert list(s.batch_sizes) == [64, 64, 64]  # big requests alone: full batches
+    finally:
+        s.close()
+
+
+class SignallingEncoder(SlowEncoder):
+    """Sets `started` once it is encoding a text of a big request."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+
+    def encode(self, texts: list[str]) -> torch.Tensor:
+        if any(t.startswith("tale") for t in texts):
+            self.started.set()
+        return super().encode(texts)
+
+
+def test_a_single_query_is_answered_between_a_big_batch_s_encoder_calls(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """A single query that arrives while a 64-query batch is encoded waited for the whole
+    batch; it is now answered after the encoder call under way, and the big request's answers
+    are those it gets alone."""
+    url = index_books(engine, tmp_path, BOOKS, RandomEncoder())
+    settings = ServiceSettings(database_url=url, device="cpu", max_batch=64)
+    encoder = SignallingEncoder()
+    s = build_searcher(settings, engine=engine, encoder=encoder)
+    s.start()
+    try:
+
+        async def load() -> tuple[list[str], list[SearchResult]]:
+            finished: list[str] = []
+
+            async def one(name: str, queries: list[str]) -> list[SearchResult]:
+                responses = await s.search(queries, SearchOptions(k=3))
+                finished.append(name)
+                return responses
+
+            big = asyncio.create_task(one("big", [f"tale {i}" for i in range(BIG)]))
+            await asyncio.to_thread(encoder.started.wait, 10)
+            await one("single", ["a desert story"])
+            return finished, await big
+
+        finished, big = asyncio.run(load())
+        assert finished == ["single", "big"]
+        assert list(s.batch_sizes) == [1, BIG]  # answered inside the big batch
+        assert [r.query for r in big] == [f"tale {i}" for i in range(BIG)]
+        for response in big[::9]:
+            alone = s.search_now([response.query], SearchOptions(k=3))[0]
+            assert [h.book.id for h in response.results] == [h.book.id for h in alone.results]
     finally:
         s.close()
 

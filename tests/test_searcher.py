@@ -118,7 +118,7 @@ def test_concurrent_searches_are_batched_and_answer_as_alone(searcher: Searcher)
 
 
 def test_max_batch_bounds_a_batch(searcher: Searcher) -> None:
-    searcher.max_batch = 2
+    searcher.line.max_batch = 2
 
     async def many() -> list[list[SearchResult]]:
         return await asyncio.gather(

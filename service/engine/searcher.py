@@ -1,20 +1,10 @@
 """Searches, coalesced: concurrent requests share one encoder call and one attention call.
 
-Requests that queue up while a batch is being answered form the next batch; once load is seen
-(the last batch had company) a batch also waits up to `window` for more, so a lone request on an
-idle service never waits. A batch takes the waiting requests' queries in turn, one each per
-round, up to `max_batch`: a request of 64 queries is answered over several batches beside the
-others, so it cannot make a single query wait behind it (twenty of them once kept one GET
-waiting 19 s in arrival order), and batches stay full. While small requests (a few queries) are
-about, batches alternate: the small requests alone, then a batch whose big part is cut to
-`batch_budget_ms` of worker time (by the measured cost per query of such batches), the small
-requests that came meanwhile on top. A query that arrives during a batch waits for it, so the
-big batch's length bounds that wait, and its own batch is not made long by big work: the
-encoder's cost is linear in the batch (about 7 ms a query here), so a small request batched
-with 7 big queries paid for them. One worker thread encodes the batch's
-new query texts (repeated ones come from an LRU cache), runs `attend` once for all of them with a
-(B, N) mask built from each request's filters, and hands every request its own page. One
-worker also means torch work never competes with itself for the cores.
+One worker thread takes batches from the line of waiting requests (service/engine/batching.py
+says which queries go in each), encodes the batch's new query texts (repeated ones come from an
+LRU cache), runs `attend` once for all of them with a (B, N) mask built from each request's
+filters, and hands every request its own page. One worker also means torch work never competes
+with itself for the cores.
 """
 
 from __future__ import annotations
@@ -26,12 +16,12 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
 
 from models.encoder import Encoder
+from service.engine.batching import Job, Slice, WaitingLine
 from service.engine.exceptions import IndexEmptyError
 from service.engine.filters import Filters
 from service.engine.query_ranking import Ranking, rank_queries
@@ -47,21 +37,6 @@ logger = logging.getLogger(__name__)
 # alone does not separate them (nonsense reaches 0.71: a sentence embedding always finds a
 # nearest book), the vocabulary does.
 NO_STRONG_MATCH_BELOW = 0.55
-
-SMALL_REQUEST = 4  # queries: a request this small is interactive, and goes first in a batch
-SMALL_SEEN_S = 1.0  # small requests count as about this long after the last one arrived
-# Fewest queries in a batch the budget cuts: where a batch's fixed cost alone passes the budget
-# (a loaded machine), budget / cost per query would shrink batches to 1 and throughput with them;
-# 8 queries cost 4.2 ms each here against 3.7 in batches of 64. 4: the encoder's cost is linear
-# in the batch (about 7 ms a query at 1, 8 or 64 on a loaded 2-core machine), and a small request
-# waits for the batch before it (benchmarks/soak.py).
-BUDGET_FLOOR = 4
-# Queries per encoder call of a batch with big work while small requests are about; between
-# calls the small requests waiting are answered. One query alone costs 3.0 ms here, 4 in one
-# call 2.1 ms each, 16 1.9, 64 1.9 (benchmarks/soak.py's machine, idle): 4 is 11% dearer than
-# one call for all, and a small request waits for at most one such call. Without small
-# requests about, 16 (a first one waits for 16 queries' encoding, not a whole batch's).
-ENCODE_CHUNK = 4
 
 
 def match_strength(top_weight: float, matched: int) -> float:
@@ -82,31 +57,6 @@ class SearchOptions:
     offset: int = 0
     filters: Filters = field(default_factory=Filters)
     heads: dict[str, float] | None = None
-
-
-@dataclass
-class _Job:
-    queries: list[str]
-    options: SearchOptions
-    future: Future[list[SearchResult]] = field(default_factory=Future)
-    taken: int = 0  # queries handed to a batch so far; they are answered in order
-    responses: list[SearchResult] = field(default_factory=list)
-    # the generation its first queries were answered from: a request answered over several
-    # batches is answered from one generation, even if a new one is swapped in meanwhile
-    index: ServedIndex | None = None
-
-
-@dataclass
-class _Slice:
-    """Queries [start, stop) of one job, answered in one batch."""
-
-    job: _Job
-    start: int
-    stop: int
-
-    @property
-    def queries(self) -> list[str]:
-        return self.job.queries[self.start : self.stop]
 
 
 class QueryCache:
@@ -154,32 +104,23 @@ class Searcher:
         self.index = index
         self.scales = dict(scales)  # every head's softmax scale
         self.heads = heads or {"description": 1.0}
-        self.window = window_ms / 1000
-        self.max_batch = max_batch
+        self.line = WaitingLine(
+            max_batch=max_batch, window_s=window_ms / 1000, batch_budget_s=batch_budget_ms / 1000
+        )
         self.cache = QueryCache(cache_size)
         self.batch_sizes: deque[int] = deque(maxlen=1000)  # queries per attention call
         self.batch_counts: Counter[int] = Counter()  # batches answered, by size (metrics)
-        self._waiting: deque[_Job] = deque()  # jobs with queries not yet in a batch, in turn
-        self.batch_budget_s = batch_budget_ms / 1000  # 0: batches sized by max_batch alone
-        self._cost: float | None = None  # seconds per query of recent batches (EWMA)
-        self._small_seen = -math.inf  # when the last small request arrived (monotonic)
-        self._small_next = False  # the last batch held big work: small requests alone next
         self._lent = 0.0  # seconds of small batches answered inside big ones, all told
-        self.small_seen_s = SMALL_SEEN_S
-        self._changed = threading.Condition()  # a job arrived, or close() was called
-        self._stopping = False
         self._worker: threading.Thread | None = None
 
     def start(self) -> None:
-        self._stopping = False
+        self.line.open()
         self._worker = threading.Thread(target=self._loop, name="attend-searcher", daemon=True)
         self._worker.start()
 
     def close(self) -> None:
         if self._worker is not None:
-            with self._changed:
-                self._stopping = True
-                self._changed.notify()
+            self.line.stop()
             self._worker.join(timeout=30)
             self._worker = None
 
@@ -187,36 +128,32 @@ class Searcher:
         """Queue the queries for the next batch and wait for their responses."""
         if self._worker is None:
             raise RuntimeError("Searcher.start() was not called")
-        job = _Job(queries, options)
-        with self._changed:
-            self._waiting.append(job)
-            if len(queries) <= SMALL_REQUEST:
-                self._small_seen = time.monotonic()
-            self._changed.notify()
+        job = Job(queries, options)
+        self.line.add(job)
         return await asyncio.wrap_future(job.future)
 
     def search_now(self, queries: list[str], options: SearchOptions) -> list[SearchResult]:
         """Answer in the calling thread, unbatched (the CLI)."""
-        job = _Job(queries, options)
-        return self._answer([_Slice(job, 0, len(queries))])[0]
+        job = Job(queries, options)
+        return self._answer([Slice(job, 0, len(queries))])[0]
 
     def _loop(self) -> None:
         busy = False  # did the last batch have company? then more is likely on its way
-        while (batch := self._collect(wait=busy)) is not None:
-            busy = len(batch) > 1 or bool(self._waiting)
+        while (batch := self.line.next_batch(wait=busy)) is not None:
+            busy = len(batch) > 1 or self.line.pending()
             self._run(batch)
 
-    def _run(self, batch: list[_Slice]) -> None:
+    def _run(self, batch: list[Slice]) -> None:
         """Answer `batch` and hand each request its responses once it has them all. A batch
         with big work yields to the small requests that arrive while it is encoded
         (`_answer_small`); the time they take is not counted in its cost."""
-        big = any(_big(piece) for piece in batch)  # the batches that the budget sizes
+        big = any(piece.big for piece in batch)  # the batches that the budget sizes
         try:
             t0, lent = time.perf_counter(), self._lent
             answers = self._answer_pinned(batch, between=self._answer_small if big else None)
             if big:
                 spent = time.perf_counter() - t0 - (self._lent - lent)
-                self._measure(spent, sum(len(p.queries) for p in batch))
+                self.line.measure(spent, sum(len(p.queries) for p in batch))
             for piece, responses in zip(batch, answers, strict=True):
                 job = piece.job
                 job.responses.extend(responses)
@@ -228,15 +165,13 @@ class Searcher:
     def _answer_small(self) -> None:
         """Between the encoder calls of a batch with big work: answer the small requests
         waiting now, so one waits for one encoder call of big work, not for a whole batch."""
-        with self._changed:
-            batch = self._take_small()
-        if batch:
+        if batch := self.line.small_batch():
             t0 = time.perf_counter()
             self._run(batch)
             self._lent += time.perf_counter() - t0
 
     def _answer_pinned(
-        self, batch: list[_Slice], *, between: Callable[[], None] | None = None
+        self, batch: list[Slice], *, between: Callable[[], None] | None = None
     ) -> list[list[SearchResult]]:
         """`_answer`, each slice from its request's generation: one call per generation in
         the batch (two only in the batches that straddle a swap)."""
@@ -256,110 +191,15 @@ class Searcher:
                 piece.job.index = current
         return answers
 
-    def _measure(self, seconds: float, queries: int) -> None:
-        """Fold a batch's time into the running cost per query (an EWMA). Per query, not per
-        batch: the size it gives, budget / cost, settles where a batch takes the budget, since
-        a smaller batch's fixed cost raises its cost per query."""
-        cost = seconds / max(queries, 1)
-        self._cost = cost if self._cost is None else 0.8 * self._cost + 0.2 * cost
-
-    def _limit(self) -> int:
-        """Most queries in the next batch: `max_batch`, or while small requests are about and
-        a big one waits too, what fits `batch_budget_s` at the measured cost (at least
-        BUDGET_FLOOR)."""
-        if self.batch_budget_s <= 0 or self._cost is None:
-            return self.max_batch
-        if time.monotonic() - self._small_seen > self.small_seen_s:
-            return self.max_batch
-        if all(_left(job) <= SMALL_REQUEST for job in self._waiting):
-            return self.max_batch  # small requests only: a full batch serves them best
-        fits = int(self.batch_budget_s / self._cost)
-        return min(self.max_batch, max(BUDGET_FLOOR, fits))
-
-    def _fail(self, jobs: Iterable[_Job], error: Exception) -> None:
-        failed = {id(job) for job in jobs}
-        with self._changed:  # the rest of a failed job's queries are not answered
-            self._waiting = deque(job for job in self._waiting if id(job) not in failed)
+    def _fail(self, jobs: Iterable[Job], error: Exception) -> None:
+        self.line.drop({id(job) for job in jobs})  # the rest of their queries is not answered
         for job in jobs:
             if not job.future.done():
                 job.future.set_exception(error)
 
-    def _collect(self, *, wait: bool) -> list[_Slice] | None:
-        """The next batch, once a job waits (None once close() is called): when `wait`, after
-        up to `window` for more to arrive, unless the waiting jobs fill a batch already."""
-        with self._changed:
-            while not self._waiting and not self._stopping:
-                self._changed.wait()
-            if self._stopping:
-                return None
-            deadline = time.monotonic() + (self.window if wait else 0.0)
-            while (left := deadline - time.monotonic()) > 0 and self._unbatched() < self.max_batch:
-                self._changed.wait(timeout=left)
-                if self._stopping:
-                    return None
-            return self._take()
-
-    def _unbatched(self) -> int:
-        return sum(len(job.queries) - job.taken for job in self._waiting)
-
-    def _take_small(self) -> list[_Slice]:
-        """The waiting small requests, whole, in turn, up to `max_batch` queries (under the
-        lock). Small from the start, untouched: the last queries of a big request may be in
-        the very batch this one interrupts, and a request's answers are in its order."""
-        self._waiting = deque(job for job in self._waiting if not job.future.cancelled())
-        batch: list[_Slice] = []
-        size = 0
-        for job in self._waiting:
-            n = len(job.queries)
-            if job.taken == 0 and n <= SMALL_REQUEST and size + n <= self.max_batch:
-                batch.append(_Slice(job, 0, n))
-                size += n
-                job.taken = n
-        if batch:
-            self._waiting = deque(job for job in self._waiting if _left(job) > 0)
-        return batch
-
-    def _take(self) -> list[_Slice]:
-        """Up to `_limit()` queries from the waiting jobs, one from each in turn, small
-        requests first; a job with queries left over goes to the back of the line. Called
-        under the lock."""
-        self._waiting = deque(job for job in self._waiting if not job.future.cancelled())
-        small = [job for job in self._waiting if _left(job) <= SMALL_REQUEST]
-        # after a batch that held big work, small requests alone (a batch of a few queries,
-        # short), then big work again with the small requests that came meanwhile in front
-        alone = self._small_next and self.batch_budget_s > 0 and 0 < len(small) < len(self._waiting)
-        limit = self.max_batch if alone else self._limit()
-        if not alone and limit < self.max_batch:  # the budget is the big work's: small ones
-            limit = min(self.max_batch, limit + sum(_left(job) for job in small))  # come on top
-        # the smallest requests first in each round (a stable sort: in turn among equals)
-        turn = small if alone else sorted(self._waiting, key=lambda j: _left(j) > SMALL_REQUEST)
-        counts: dict[int, int] = {}
-        order: list[_Job] = []
-        size, progressed = 0, True
-        while size < limit and progressed:
-            progressed = False
-            for job in turn:
-                if size == limit:
-                    break
-                if job.taken + counts.get(id(job), 0) < len(job.queries):
-                    if id(job) not in counts:
-                        order.append(job)
-                    counts[id(job)] = counts.get(id(job), 0) + 1
-                    size += 1
-                    progressed = True
-        batch = []
-        for job in order:
-            batch.append(_Slice(job, job.taken, job.taken + counts[id(job)]))
-            job.taken += counts[id(job)]
-        self._small_next = any(_big(piece) for piece in batch)
-        unfinished = [job for job in order if job.taken < len(job.queries)]
-        untouched = [job for job in self._waiting if id(job) not in counts]
-        self._waiting = deque(untouched + unfinished)
-        return batch
-
     def _answer(
         self,
-        jobs: list[_Slice],
+        jobs: list[Slice],
         index: ServedIndex | None = None,
         *,
         between: Callable[[], None] | None = None,
@@ -392,12 +232,11 @@ class Searcher:
         ]
 
     def _encode(self, texts: list[str], between: Callable[[], None] | None) -> torch.Tensor:
-        """(B, d). With `between`, in encoder calls of ENCODE_CHUNK queries while small requests
-        are about (else 4 × that), calling `between` after each."""
+        """(B, d). With `between`, in encoder calls of `line.encode_chunk()` queries, calling
+        `between` after each."""
         if between is None:
             return self.cache.encode(self.encoder, texts)
-        about = time.monotonic() - self._small_seen <= self.small_seen_s
-        chunk = ENCODE_CHUNK if about else 4 * ENCODE_CHUNK
+        chunk = self.line.encode_chunk()
         parts = []
         for start in range(0, len(texts), chunk):
             parts.append(self.cache.encode(self.encoder, texts[start : start + chunk]))
@@ -434,14 +273,3 @@ class Searcher:
                 for i, hit in enumerate(page)
             ],
         )
-
-
-def _left(job: _Job) -> int:
-    """Queries of `job` not yet in a batch."""
-    return len(job.queries) - job.taken
-
-
-def _big(piece: _Slice) -> bool:
-    """Whether `piece` is part of more work than a small request (its queries and those after
-    it in its request)."""
-    return len(piece.job.queries) - piece.start > SMALL_REQUEST
