@@ -86,9 +86,10 @@ class ServiceSettings(StoreSettings, RaySettings):
         le=60_000,
         description="While small requests (≤ 4 queries) are about, they get batches of their "
         "own, alternating with batches whose part of bigger requests is cut to about this much "
-        "worker time (at the measured cost per query, at least 4 queries), since a query "
-        "arriving during a batch waits for it; 0: batches sized by ATTEND_MAX_BATCH alone "
-        "(service/engine/searcher.py).",
+        "worker time (at the measured cost per query, at least 4 queries); 0: batches sized "
+        "by ATTEND_MAX_BATCH alone. Either way a batch with big work is encoded a few queries "
+        "at a time, the small requests that arrive meanwhile answered between those calls "
+        "(service/engine/batching.py).",
     )
     query_cache_size: int = Field(
         4096, ge=1, description="Query embeddings kept (LRU): a repeated query skips the encoder."

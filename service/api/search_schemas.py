@@ -245,9 +245,9 @@ class ModelJSON(Response):
     """A response whose body is a schema already validated, rendered by pydantic-core.
 
     A route that returns its schema makes FastAPI validate it a second time and serialise it
-    through Python dicts and json.dumps, all on the event loop: for a 64-query POST /search that
-    was 30 of its 55 ms there, while every other request waited (the route names its schema in
-    `response_model=` for /docs)."""
+    through Python dicts and json.dumps, all on the event loop, while every other request
+    waits: for a 64-query POST /search, 19 ms and 8 ms, where model_dump_json takes 1.3 ms.
+    The route names its schema in `response_model=`, for /docs."""
 
     media_type = "application/json"
 

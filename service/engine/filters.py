@@ -39,8 +39,8 @@ class FilterColumns:
 
     The cache is a plain LRU, not `functools.lru_cache` over the bound method: that made the
     columns a reference cycle (columns → cache → bound method → columns), so a retired
-    generation's columns waited for the cycle collector, and the service keeps the collector
-    off its long-lived objects (gc.freeze, service/api/main.py)."""
+    generation's columns waited for the cycle collector, which the service keeps off its
+    long-lived objects (service/engine/reloader.py, `freeze_long_lived`)."""
 
     def __init__(self, books: BookColumns, *, device: torch.device):
         self.device = device
