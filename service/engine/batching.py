@@ -158,8 +158,11 @@ class WaitingLine:
 
     def encode_chunk(self) -> int:
         """Queries per encoder call of a batch with big work."""
-        about = time.monotonic() - self._small_seen <= self.small_seen_s
-        return ENCODE_CHUNK if about else 4 * ENCODE_CHUNK
+        return ENCODE_CHUNK if self._small_about() else 4 * ENCODE_CHUNK
+
+    def _small_about(self) -> bool:
+        """Whether a small request arrived within the last `small_seen_s`."""
+        return time.monotonic() - self._small_seen <= self.small_seen_s
 
     def measure(self, seconds: float, queries: int) -> None:
         """Fold a big batch's time into the running cost per query (an EWMA). Per query, not
@@ -174,7 +177,7 @@ class WaitingLine:
         BUDGET_FLOOR)."""
         if self.batch_budget_s <= 0 or self._cost is None:
             return self.max_batch
-        if time.monotonic() - self._small_seen > self.small_seen_s:
+        if not self._small_about():
             return self.max_batch
         if all(job.left <= SMALL_REQUEST for job in self._waiting):
             return self.max_batch  # small requests only: a full batch serves them best
