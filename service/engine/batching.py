@@ -143,7 +143,7 @@ class WaitingLine:
         the last queries of a big request may be in the very batch this one interrupts, and a
         request's answers are in its order."""
         with self._changed:
-            self._waiting = deque(job for job in self._waiting if not job.future.cancelled())
+            self._drop_cancelled()
             batch: list[Slice] = []
             size = 0
             for job in self._waiting:
@@ -184,6 +184,10 @@ class WaitingLine:
         fits = int(self.batch_budget_s / self._cost)
         return min(self.max_batch, max(BUDGET_FLOOR, fits))
 
+    def _drop_cancelled(self) -> None:
+        """Forget the jobs whose clients are gone. Called under the lock."""
+        self._waiting = deque(job for job in self._waiting if not job.future.cancelled())
+
     def _unbatched(self) -> int:
         return sum(job.left for job in self._waiting)
 
@@ -191,7 +195,7 @@ class WaitingLine:
         """Up to `_limit()` queries from the waiting jobs, one from each in turn, small
         requests first; a job with queries left over goes to the back of the line. Called
         under the lock."""
-        self._waiting = deque(job for job in self._waiting if not job.future.cancelled())
+        self._drop_cancelled()
         small = [job for job in self._waiting if job.left <= SMALL_REQUEST]
         # after a batch that held big work, small requests alone (a batch of a few queries,
         # short), then big work again with the small requests that came meanwhile in front
