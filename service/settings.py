@@ -28,28 +28,36 @@ class ServiceSettings(StoreSettings, RaySettings):
         "trained with.",
     )
     heads: str = Field(
-        "title:0.2,description:0.5,lexical:0.3",
+        "title:0.2,description:0.5,lexical:0.3,author:3",
         description="Default head weights of a search (name:weight, normalised to sum 1): the "
-        "title and description keys' heads and the BM25 lexical head. Chosen on the relevance "
-        "suite (python -m benchmarks.relevance), every kind of query at once.",
+        "title and description keys' heads, the BM25 lexical head and the author head (the "
+        "books of an author the query names; it abstains for the many queries that name none, "
+        "and the others keep their ratios). Chosen on the relevance suite (python -m "
+        "benchmarks.relevance), every kind of query at once.",
     )
     head_scales: str = Field(
-        "title:19,description:25,lexical:1.1",
+        "title:19,description:25,lexical:1.1,author:10,series:25",
         description="Each head's softmax scale (inverse temperature) in a search: logits = "
-        "scale · q·k for a field head, scale · BM25 for the lexical head. Calibrated so that "
-        "every head's softmax has the same mean entropy (4 nats) over the suite's queries.",
+        "scale · q·k for a field head (the author and series heads: with the description "
+        "keys), scale · BM25 for the lexical head. The title, description and lexical scales "
+        "are calibrated so that each softmax has the same mean entropy (4 nats) over the "
+        "suite's queries; the author head's, flatter, so that an author's books all count.",
     )
     similar_heads: str = Field(
-        "title:0.025,description:0.025,lexical:0.95",
+        "title:0.05,description:0.2,lexical:0.1,author:0.6,series:2",
         description="Default head weights of similar books and recommendations (a book as the "
-        "query: its title and description keys, and its title and authors for BM25). Chosen "
-        "on the suite's more-like-this queries.",
+        "query: its title and description keys, its description's topic terms for BM25, its "
+        "authors' other books and its series' other books). A head without evidence for the "
+        "book abstains, so a series book gets its series mates first, then its author's "
+        "books, and a standalone book its topical neighbours. Chosen on the suite's series, "
+        "topical and recommend queries.",
     )
     similar_head_scales: str = Field(
-        "title:19,description:25,lexical:0.3",
-        description="Each head's softmax scale with a book as the query, calibrated like "
-        "head_scales (a book's title and authors match far more BM25 terms than a typed query, "
-        "hence the lower lexical scale).",
+        "title:19,description:25,lexical:0.9,author:5,series:2",
+        description="Each head's softmax scale with a book as the query: title and description "
+        "as in a search, lexical calibrated like head_scales (4 nats over a book's topic "
+        "terms), the author and series heads flat, so that a series' tenth book still outweighs "
+        "a stranger.",
     )
     key_dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
         "auto",

@@ -171,7 +171,10 @@ def test_similar_finds_the_series_then_the_author(series: TestClient) -> None:
     body = series.get("/books/mort/similar", params={"k": 4}).json()
     ids = [h["id"] for h in body["results"]]
     assert ids[:2] == ["gods", "omens"], ids
-    assert set(body["heads"]) == {"title", "description", "lexical"}
+    assert set(body["heads"]) == {"title", "description", "lexical", "author", "series"}
+    assert body["results"][0]["heads"]["series"]["share"] > 0  # from its series mate
+    assert body["results"][1]["heads"]["series"]["share"] == 0  # Good Omens: no series
+    assert body["results"][1]["heads"]["author"]["share"] > 0  # but Pratchett's
     for hit in body["results"]:
         assert math.isclose(sum(h["share"] for h in hit["heads"].values()), hit["weight"])
     # the description head alone ranks by the description: the other book about death first
@@ -206,9 +209,22 @@ def test_similar_and_recommend_refuse_bad_heads(series: TestClient, heads: str) 
 
 
 def test_a_book_with_no_word_in_another_gets_no_lexical_part(series: TestClient) -> None:
-    body = series.get("/books/omens/similar", params={"heads": "description:1,lexical:1"}).json()
-    assert not body["heads"]["lexical"]["abstained"]  # "Pratchett" is in two other books
-    lonely = series.get("/books/reaper/similar", params={"heads": "title:1,lexical:1"}).json()
-    # "reaper", "someone", "else": in no other book's title, authors or description
-    assert lonely["heads"]["lexical"] == {"weight": 0.0, "scale": 0.3, "abstained": True}
+    """The lexical head asks with a book's topic terms (its description's words that another
+    book has), not with its title and authors: a shared name is the author head's."""
+    body = series.get("/books/gods/similar", params={"heads": "description:1,lexical:1"}).json()
+    assert not body["heads"]["lexical"]["abstained"]  # "tortoise", "god": in Tortoise Tales
+    lonely = series.get("/books/omens/similar", params={"heads": "title:1,lexical:1"}).json()
+    # "angel", "demon", "avert", "apocalypse": in no other book; "Pratchett" is no topic term
+    assert lonely["heads"]["lexical"] == {"weight": 0.0, "scale": 0.9, "abstained": True}
     assert lonely["heads"]["title"]["weight"] == 1.0
+
+
+def test_heads_without_evidence_for_a_book_abstain(series: TestClient) -> None:
+    body = series.get("/books/reaper/similar").json()  # no series, no other book by its author
+    assert body["heads"]["series"] == {"weight": 0.0, "scale": 2.0, "abstained": True}
+    assert body["heads"]["author"] == {"weight": 0.0, "scale": 5.0, "abstained": True}
+    used = {h for h, info in body["heads"].items() if info["weight"] > 0}
+    assert used == {"title", "description", "lexical"}
+    assert math.isclose(sum(body["heads"][h]["weight"] for h in used), 1.0)
+    for hit in body["results"]:
+        assert set(hit["heads"]) == used

@@ -270,10 +270,13 @@ def test_heads_breakdown_sums_to_the_weight(client: TestClient) -> None:
     r = client.get("/search", params={"q": "Harry Potter wizard", "k": 7})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert set(body["heads"]) == {"title", "description", "lexical"}  # the defaults
+    # the defaults; the query names no author, so the author head abstains
+    assert set(body["heads"]) == {"title", "description", "lexical", "author"}
+    assert body["heads"]["author"] == {"weight": 0.0, "scale": 10.0, "abstained": True}
+    assert body["author"] is None
     assert math.isclose(sum(h["weight"] for h in body["heads"].values()), 1.0, rel_tol=1e-9)
     scales = {name: head["scale"] for name, head in body["heads"].items()}
-    assert scales == {"title": 19.0, "description": 25.0, "lexical": 1.1}  # the defaults
+    assert scales == {"title": 19.0, "description": 25.0, "lexical": 1.1, "author": 10.0}
     assert body["results"][0]["id"] == "hp"
     for hit in body["results"]:
         shares = [h["share"] for h in hit["heads"].values()]

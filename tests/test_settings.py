@@ -54,7 +54,7 @@ def test_defaults_are_safe(workdir: Path) -> None:
         ("ATTEND_CORS_ORIGINS", "https://not-a-json-list.example"),
         ("ATTEND_LOG_JSON", "perhaps"),
         ("ATTEND_HEADS", "title:0"),
-        ("ATTEND_SIMILAR_HEADS", "author:1"),
+        ("ATTEND_SIMILAR_HEADS", "writer:1"),
         ("ATTEND_HEAD_SCALES", "title:19,description:25"),  # every head needs its scale
         ("ATTEND_HEAD_SCALES", "title:0,description:25,lexical:1"),
         ("ATTEND_SIMILAR_HEAD_SCALES", "title:19,description:nan,lexical:1"),
@@ -71,12 +71,24 @@ def test_a_bad_value_fails_loudly(
 def test_head_scales_reach_the_search_and_similar(
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("ATTEND_HEAD_SCALES", "lexical:2,title:10,description:30")
+    monkeypatch.setenv("ATTEND_HEAD_SCALES", "lexical:2,title:10,description:30,series:4,author:3")
     monkeypatch.setenv("ATTEND_SIMILAR_HEADS", "title:1,lexical:3")
     settings = ServiceSettings()
-    assert settings.scales == {"title": 10.0, "description": 30.0, "lexical": 2.0}
+    assert settings.scales == {
+        "title": 10.0,
+        "description": 30.0,
+        "lexical": 2.0,
+        "author": 3.0,
+        "series": 4.0,
+    }
     assert settings.similar.weights == {"title": 0.25, "lexical": 0.75}
-    assert settings.similar.scales == {"title": 19.0, "description": 25.0, "lexical": 0.3}
+    assert settings.similar.scales == {
+        "title": 19.0,
+        "description": 25.0,
+        "lexical": 0.9,
+        "author": 5.0,
+        "series": 2.0,
+    }
 
 
 def test_serve_gives_torch_one_thread_beside_the_onnx_encoder_on_the_cpu(

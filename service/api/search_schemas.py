@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import fields, is_dataclass
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from starlette.responses import Response
@@ -118,8 +118,9 @@ class SearchRequest(PageAndFilters):
 
 class HeadShare(BaseModel):
     score: float = Field(
-        description="The head's raw score: q·k with the field's key (title, description), or "
-        "the BM25 score (lexical)."
+        description="The head's raw score: q·k with the field's key (title, description, and "
+        "the description key for author and series), or the BM25 score (lexical); 0 for a book "
+        "the head leaves out (its probability is 0)."
     )
     probability: float = Field(description="p_h: the book's weight in this head's softmax alone.")
     share: float = Field(description="π_h · p_h: this head's part of the book's weight.")
@@ -130,8 +131,11 @@ class HeadInfo(BaseModel):
     scale: float = Field(description="The head's softmax scale: logits = scale · score.")
     abstained: bool = Field(
         False,
-        description="True for a lexical head asked for whose query has no term in the catalog "
-        "(among the books the filters keep): its weight is 0 and the others are renormalised.",
+        description="True for a head asked for that has no evidence for this query: a lexical "
+        "head whose query has no term among the books the filters keep, an author head for a "
+        "query that names no author (or a book no other book of whose authors is kept), a "
+        "series head for a typed query or a book of no series. Its weight is 0 and the others "
+        "are renormalised.",
     )
 
 
@@ -195,6 +199,16 @@ class SearchHit(BookFieldsOut):
     )
 
 
+class AuthorNamedOut(BaseModel):
+    name: str = Field(description="The author, as the catalog writes the name.")
+    books: int = Field(description="The catalog's books by this author.")
+    intent: Literal["by", "about"] = Field(
+        description="`by`: the query asks for the author's books, which the author head "
+        'attends over; `about`: for books about the author ("a biography of …"), so the '
+        "author head abstains and the author's own books are left out, as by a filter."
+    )
+
+
 class SearchResponse(BaseModel):
     query: str
     model: str = Field(description="Encoder that embedded the query and the keys.")
@@ -226,6 +240,12 @@ class SearchResponse(BaseModel):
     offset: int
     generation: int | None = Field(
         None, description="The index generation (snapshot of the catalog) that answered."
+    )
+    author: AuthorNamedOut | None = Field(
+        None,
+        description="The author the query names, recognised against the catalog's own author "
+        "index (a whole name, a surname the catalog uses as a name, a word one letter off); "
+        "null when it names none.",
     )
     results: list[SearchHit]
 

@@ -2,17 +2,26 @@
 same heads as a search.
 
 A book asks each head with what it has: its title key (the title head), its description key
-(the description head), and its title and authors as BM25 terms (the lexical head: a book's
-series and author are there). For liked books L and disliked books D, liked book l asks head h
+(the description head), its topic terms, the description's words of highest tf · idf, as BM25
+terms (the lexical head: service/engine/lexical.py), and its names as whole names
+(service/engine/catalog_names.py): the author head attends over the other books by one of its
+authors, the series head over the other books of its series, both by their description keys.
+A shared first name or a common title word is no evidence: it is in no head. For liked books L
+and disliked books D, liked book l asks head h
 
-    q_{l,h} = k_{l,h} − λ · mean_{d ∈ D} k_{d,h}       a field head (λ = DISLIKE_STRENGTH)
+    q_{l,h} = k_{l,h} − λ · mean_{d ∈ D} k_{d,h}       a field head (λ = DISLIKE_STRENGTH); the
+                                                      author and series heads with q_{l,desc}
     s_l     = bm25(t_l) − λ · mean_{d ∈ D} bm25(t_d)  the lexical head, over the books with a
                                                       term of t_l (BM25 is linear in the query)
     weight(i) = Σ_l Σ_h (π_h / |L|) · softmax_h(scale_h · …)(i)  over the catalog less L and D
 
-and `similar(b)` is the same with L = {b}. A liked book none of whose terms is in another book
-gets no lexical part (its π goes to its other heads). A result's shares π_{l,h} p_{l,h}(i) /
-weight(i) sum to 1 over (l, h): which liked book, through which head, gave it its weight.
+and `similar(b)` is the same with L = {b}. The mixture follows the evidence a book has: a book
+of no series gets no series part, a book with no other book by its authors no author part, a
+book none of whose topic terms is in another book no lexical part; their π goes to its other
+heads (service/engine/mixing.py), and the response lists them as abstained. So a series book's
+mates come first, then its author's, and a standalone book is carried by its title and
+description keys and its topic terms. A result's shares π_{l,h} p_{l,h}(i) / weight(i) sum to 1
+over (l, h): which liked book, through which head, gave it its weight.
 
 The exact top-k is `models.mixture.mix_topk`'s, over the keys wherever they are: the index's
 `KeyStore` brings the liked books' keys and attends with them, in this process or on the shards
@@ -21,30 +30,32 @@ The exact top-k is `models.mixture.mix_topk`'s, over the keys wherever they are:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from models.heads import ScoredHead
 from models.mixture import Mixture, mix_topk
 from service.engine.exceptions import BookNotFoundError
 from service.engine.filters import Filters
-from service.engine.head_weights import HEADS, LEXICAL, BookHeads
+from service.engine.head_weights import AUTHOR, HEADS, LEXICAL, SCORED_HEADS, SERIES, BookHeads
+from service.engine.mixing import Mixed, hit_parts
 from service.engine.query_ranking import description_scores
 from service.engine.results import (
     Because,
-    HeadPart,
     HeadsUsed,
     RankedBook,
     Recommendations,
     Recommended,
     SimilarBooks,
 )
+from service.engine.scored_heads import lexical_head, restricted_head
 from service.engine.served_index import RANK_FIELD, ServedIndex
 
 DISLIKE_STRENGTH = 0.5
+TASTE = -1  # the liked book of a component that all of them ask together (their mean key)
 
 
 def rows_of(index: ServedIndex, ids: list[str]) -> list[int]:
@@ -59,11 +70,6 @@ def rows_of(index: ServedIndex, ids: list[str]) -> list[int]:
     return rows
 
 
-def book_terms(index: ServedIndex, row: int) -> str:
-    """What a book asks the lexical head: its title and its authors."""
-    return " ".join([index.books.titles[row], *index.books.authors[row]])
-
-
 @dataclass(frozen=True)
 class BooksAttention:
     """The top-k of the liked books' heads: component j is liked book `parts[j][0]` asking head
@@ -74,6 +80,8 @@ class BooksAttention:
     weights: dict[str, float]  # π_h used, summed over the liked books
     abstained: tuple[str, ...]  # heads asked for that no liked book could use
     filters: Filters
+    # per TASTE head: (k, L) each liked book's part of the taste's score of each hit
+    taste: dict[str, list[list[float]]]
 
 
 def rank_by_books(
@@ -82,54 +90,107 @@ def rank_by_books(
     """The exact top k of the mixture above, for catalog rows `liked` and `disliked`."""
     asked = heads.weights
     names = [h for h in HEADS if asked.get(h, 0) > 0]
-    fields = [h for h in names if h != LEXICAL]
     L = len(liked)
     filters = Filters(exclude=frozenset(index.books.ids[r] for r in liked + disliked))
     mask = index.filters.batch_mask([filters])  # (N,) the catalog less L and D
-    parts: list[tuple[int, str]] = []
-    qs: list[Tensor] = []
-    pi: list[float] = []
-    if fields:
-        keys = index.keys.key_rows(liked + disliked, fields)  # (F, L + D, d)
-        q = keys[:, :L]  # (F, L, d)
-        if disliked:
-            q = q - DISLIKE_STRENGTH * keys[:, L:].mean(1, keepdim=True)
-        for b in range(L):
-            for f, field in enumerate(fields):
-                parts.append((b, field))
-                qs.append(q[f, b : b + 1])  # (1, d)
-                pi.append(asked[field] / L)
-    scored: list[ScoredHead] = []
+    fields = [h for h in names if h not in SCORED_HEADS]
+    restricted = {AUTHOR, SERIES} & set(names)  # these attend with the description query
+    query = field_queries(index, liked, disliked, [*fields, *([RANK_FIELD] if restricted else [])])
+    one = 0 if L == 1 else TASTE  # one book, or the liked books' taste: their mean key
+    parts = [(one, f) for f in fields]
+    qs = [F.normalize(query[f].mean(0, keepdim=True), dim=-1) for f in fields]  # each (1, d)
+    scored: list[tuple[ScoredHead, bool]] = []
+    lexical = None
     if LEXICAL in names:
-        terms = [book_terms(index, r) for r in liked + disliked]
-        s = torch.from_numpy(index.lexical.scores(terms))  # (L + D, N)
-        kept = s[:L] if mask is None else s[:L] * mask.cpu()
-        evidence = (kept > 0).any(-1).tolist()  # (L,)
-        shifted = s[:L] - DISLIKE_STRENGTH * s[L:].mean(0) if disliked else s[:L]  # (L, N)
-        for b in range(L):
-            # as in a search: p_lexical = 0 for a book with none of the terms, unless no book
-            # has one (then the head is uniform, and weighs only if nothing else is asked)
-            no_term = (s[b] <= 0) & evidence[b]
-            logits = shifted[b : b + 1].masked_fill(no_term, -math.inf)  # (1, N)
-            scored.append(ScoredHead(logits, heads.scales[LEXICAL]))
-            parts.append((b, LEXICAL))
-            pi.append(asked[LEXICAL] / L if evidence[b] else 0.0)
-    if sum(pi) <= 0:  # only an abstaining lexical head was asked for: it stays, uniform
-        pi = [asked[h] / L for _, h in parts]
-    total = sum(pi)
-    p = torch.tensor([pi], dtype=torch.float64) / total  # (1, C)
+        head, evidence, lexical = lexical_part(index, liked, disliked, heads.scales[LEXICAL], mask)
+        scored.append((head, evidence))
+        parts.append((one, LEXICAL))
+    for name, mates in ((AUTHOR, index.names.author_mates), (SERIES, index.names.series_mates)):
+        if name in names:
+            rows = [mates(r) for r in liked]
+            head, has = restricted_head(index, query[RANK_FIELD], rows, heads.scales[name], mask)
+            scored += [(ScoredHead(head.scores[b : b + 1], head.scale), has[b]) for b in range(L)]
+            parts += [(b, name) for b in range(L)]
+    want = torch.tensor(  # (1, C)
+        [[asked[h] if b == TASTE else asked[h] / L for b, h in parts]], dtype=torch.float64
+    )
+    has_evidence = torch.tensor([[True] * len(qs) + [e for _, e in scored]])  # (1, C)
+    mixed = Mixed.of(want, has_evidence, [h for _, h in parts])
+    dense_cols = [c for c in mixed.columns if c < len(qs)]
     dense = index.keys.dense_heads(
-        torch.stack(qs) if qs else torch.empty(0, 1, index.dim),  # (Cd, 1, d)
-        [(field, heads.scales[field]) for _, field in parts[: len(qs)]],
+        torch.stack([qs[c] for c in dense_cols]) if dense_cols else torch.empty(0, 1, index.dim),
+        [(parts[c][1], heads.scales[parts[c][1]]) for c in dense_cols],  # (Cd, 1, d)
         filters=[filters],
         mask=mask,
     )
-    mix = mix_topk(dense, scored, p, k=k, mask=mask)
-    used: dict[str, float] = {}
-    for (_, h), w in zip(parts, p[0].tolist(), strict=True):
-        if w > 0:
-            used[h] = used.get(h, 0.0) + w
-    return BooksAttention(mix, parts, used, tuple(h for h in names if h not in used), filters)
+    kept_scored = [scored[c - len(qs)][0] for c in mixed.columns if c >= len(qs)]
+    mix = mix_topk(dense, kept_scored, mixed.pi, k=k, mask=mask)
+    kept_parts = [parts[c] for c in mixed.columns]
+    tasted = [h for b, h in kept_parts if b == TASTE]
+    taste = taste_parts(index, tasted, mix.indices[0].tolist(), query, lexical)
+    return BooksAttention(mix, kept_parts, mixed.used[0], mixed.abstained[0], filters, taste)
+
+
+def field_queries(
+    index: ServedIndex, liked: list[int], disliked: list[int], fields: list[str]
+) -> dict[str, Tensor]:
+    """Each field's query per liked book, (L, d): its key, moved away from the disliked books'."""
+    fields = list(dict.fromkeys(fields))
+    if not fields:
+        return {}
+    L = len(liked)
+    keys = index.keys.key_rows(liked + disliked, fields)  # (F, L + D, d)
+    q = keys[:, :L]  # (F, L, d)
+    if disliked:
+        q = q - DISLIKE_STRENGTH * keys[:, L:].mean(1, keepdim=True)
+    return dict(zip(fields, q, strict=True))
+
+
+def lexical_part(
+    index: ServedIndex, liked: list[int], disliked: list[int], scale: float, mask: Tensor | None
+) -> tuple[ScoredHead, bool, Tensor]:
+    """The lexical head of the liked books together: BM25 is linear in its query, so their
+    topic terms together score the mean of their scores, and the disliked books' terms weigh
+    against them. The head, whether it has evidence, and the liked books' scores (L, N)."""
+    L = len(liked)
+    s = torch.from_numpy(index.lexical.topic_scores(liked + disliked))  # (L + D, N)
+    together = s[:L].mean(0, keepdim=True)  # (1, N)
+    head, (evidence,) = lexical_head(together, scale, mask)
+    if disliked and evidence:  # only over the books with a liked term, as without dislikes
+        shifted = together - DISLIKE_STRENGTH * s[L:].mean(0, keepdim=True)
+        head = ScoredHead(torch.where(torch.isfinite(head.scores), shifted, head.scores), scale)
+    return head, evidence, s[:L]
+
+
+def taste_parts(
+    index: ServedIndex,
+    tasted: list[str],
+    hits: list[int],
+    query: dict[str, Tensor],
+    lexical: Tensor | None,
+) -> dict[str, list[list[float]]]:
+    """Per head the liked books asked together: (k, L) each liked book's part of each hit's
+    score, from its own score of the hit (`split`)."""
+    rows = [max(i, 0) for i in hits]  # padding's parts are never read
+    if not tasted or not rows:
+        return {}
+    own: dict[str, Tensor] = {}  # head → (k, L)
+    if fields := [h for h in tasted if h != LEXICAL]:
+        hit_keys = index.keys.key_rows(rows, fields)  # (F, k, d)
+        own |= {f: hit_keys[j] @ query[f].T for j, f in enumerate(fields)}
+    if LEXICAL in tasted and lexical is not None:
+        own[LEXICAL] = lexical[:, rows].T
+    return {h: split(t).tolist() for h, t in own.items()}
+
+
+def split(scores: Tensor) -> Tensor:
+    """(k, L) liked books' scores of each hit → their parts of the taste's, summing to 1: the
+    taste's score is the mean of theirs (a field head's, before the mean key is normalised), so
+    each part is its score's share of the sum; scores ≤ 0 count 0, and where none is > 0 the
+    parts are equal."""
+    pos = scores.double().clamp_min(0)
+    total = pos.sum(-1, keepdim=True)
+    return torch.where(total > 0, pos / total.clamp_min(1e-300), 1.0 / scores.shape[-1])
 
 
 def similar(index: ServedIndex, book_id: str, *, k: int, heads: BookHeads) -> SimilarBooks:
@@ -141,22 +202,12 @@ def similar(index: ServedIndex, book_id: str, *, k: int, heads: BookHeads) -> Si
     else:  # the description head was not asked: its scores for the hits, from the keys
         q = index.keys.key_rows([row], [RANK_FIELD])[0]  # (1, d)
         desc = description_scores(index, q, mix.indices, filters=[att.filters])[0].tolist()
-    rows, weights = mix.indices[0].tolist(), mix.weights[0].tolist()
-    scores, probs, shares = mix.scores[0].tolist(), mix.probs[0].tolist(), mix.shares[0].tolist()
-    results = []
-    for r, (i, w) in enumerate(zip(rows, weights, strict=True)):
-        if i < 0:
-            continue
-        parts = {  # a lexical −inf: none of the terms, BM25 0
-            h: HeadPart(
-                score=max(0.0, scores[r][j]) if h == LEXICAL else scores[r][j],
-                probability=probs[r][j],
-                share=shares[r][j],
-            )
-            for j, (_, h) in enumerate(att.parts)
-            if h in att.weights
-        }
-        results.append(RankedBook(r + 1, index.books.row(i), desc[r], w, parts))
+    (hits,) = hit_parts(mix, [h for _, h in att.parts], [att.weights])
+    weights = mix.weights[0].tolist()
+    results = [
+        RankedBook(r + 1, index.books.row(i), desc[r], weights[r], parts)
+        for r, (i, parts) in enumerate(hits)
+    ]
     return SimilarBooks(
         id=book_id,
         title=index.books.titles[row],
@@ -181,8 +232,10 @@ def recommend(
         shares = (mix.shares[0, r] / w).tolist() if w > 0 else [0.0] * len(att.parts)
         by_book: list[dict[str, float]] = [{} for _ in liked_rows]
         for (b, h), s in zip(att.parts, shares, strict=True):
-            if h in att.weights:
-                by_book[b][h] = by_book[b].get(h, 0.0) + s
+            if h not in att.weights:
+                continue
+            for j, part in ((b, 1.0),) if b != TASTE else enumerate(att.taste[h][r]):
+                by_book[j][h] = by_book[j].get(h, 0.0) + s * part
         because = sorted(
             (
                 Because(ids[b], titles[b], share=sum(hs.values()), heads=hs)

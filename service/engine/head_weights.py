@@ -1,9 +1,11 @@
-"""The attention heads a search mixes, and their weights: `title:0.3,description:0.4,lexical:0.3`.
+"""The attention heads a search mixes, and their weights: `title:0.2,description:0.5,lexical:0.3`.
 
 Each head is a softmax over the catalog: `title` and `description` over that field's keys
-(logits scale_h · q·K_fieldᵀ), `lexical` over BM25 scores (logits scale_lexical · bm25). A search's
-weights are the mixture Σ_h π_h · softmax_h, so a book's weight splits exactly into per-head
-shares π_h · p_h(book).
+(logits scale_h · q·K_fieldᵀ), `lexical` over BM25 scores (logits scale_lexical · bm25), and
+`author` and `series` over the description keys of the books by the author the query names (or
+by the query book's authors), and of the query book's series (logits scale_h · q·K_descriptionᵀ
+there, no other book in them). A search's weights are the mixture Σ_h π_h · softmax_h, so a
+book's weight splits exactly into per-head shares π_h · p_h(book).
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ from dataclasses import dataclass
 
 DENSE_HEADS = ("title", "description")  # one per field of the index (indexer.pipeline.FIELDS)
 LEXICAL = "lexical"
-HEADS = (*DENSE_HEADS, LEXICAL)
+AUTHOR = "author"  # the books of a named author (a query's) or of the query book's authors
+SERIES = "series"  # the other books of the query book's series
+# HEADS order is the mixture's: the dense heads, then the scored ones (models.mixture.mix_topk)
+SCORED_HEADS = (LEXICAL, AUTHOR, SERIES)
+HEADS = (*DENSE_HEADS, *SCORED_HEADS)
 MAX_HEADS_CHARS = 200
 # The smallest weight beside the largest: a mixture Σ π_h · p_h of shares a million times apart
 # is the larger head's ranking, and a weight like 1e-320 beside 1 (π = 1e-20, weights of 5e-22)

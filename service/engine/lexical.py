@@ -8,13 +8,21 @@ so exp(bm25) is already a likelihood ratio and a scale near 1 keeps that meaning
 The document of a book is its title twice, its authors twice and its description once: titles
 and author names are short and say what the book is, so a name in them counts more than one in a
 blurb (a cheap BM25F). English stop words are dropped and words are Snowball-stemmed.
+
+A book as the query asks with its **topic terms** (`topic_scores`): the TOPIC_TERMS terms of its
+description with the highest tf · idf that another book also has, as Lucene's "more like this"
+picks them. Not its title and author words: a shared first name ("William") or a common title
+word ("Philosopher") made books alike that share nothing else; the author and series heads
+(service/engine/catalog_names.py) carry a book's names as whole names instead.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 import bm25s
@@ -23,6 +31,8 @@ import Stemmer
 from bm25s.tokenization import Tokenizer
 
 logger = logging.getLogger(__name__)
+
+TOPIC_TERMS = 25  # a book's topic terms: enough for a blurb's subject, few enough to stay on it
 
 
 def book_document(title: str, authors: Sequence[str], description: str | None) -> str:
@@ -34,7 +44,9 @@ def book_document(title: str, authors: Sequence[str], description: str | None) -
 class LexicalIndex:
     """BM25 scores of a query for every book, rows aligned with the served index's."""
 
-    def __init__(self, documents: Sequence[str]):
+    def __init__(self, documents: Sequence[str], topics: Sequence[str | None] | None = None):
+        """BM25 over `documents`; `topics` (row-aligned, e.g. the descriptions) are the texts
+        each book's topic terms are picked from."""
         t0 = time.perf_counter()
         tokenizer = Tokenizer(stopwords="en", stemmer=Stemmer.Stemmer("english"))
         tokens = tokenizer.tokenize(list(documents), return_as="string", show_progress=False)
@@ -51,6 +63,10 @@ class LexicalIndex:
         self._stemmer = Stemmer.Stemmer("english")
         self._vocab = frozenset(self._bm25.vocab_dict) if self.size else frozenset()
         self._lock = threading.Lock()  # a PyStemmer stemmer is not thread-safe
+        self._ids: dict[str, int] = dict(self._bm25.vocab_dict) if self.size else {}
+        if self.size:  # a term's document frequency: its column's entries in the score matrix
+            self._df = np.diff(self._bm25.scores["indptr"])
+        self._topics = [self._topic_terms(t or "") for t in topics] if topics else None
         logger.info(
             "built the BM25 index of %d books in %.2f s", self.size, time.perf_counter() - t0
         )
@@ -65,6 +81,31 @@ class LexicalIndex:
         with self._lock:
             stems: list[str] = self._stemmer.stemWords(words)
         return [s for s in stems if s in self._vocab]
+
+    def knows(self, word: str) -> bool:
+        """Whether `word` is a word of the catalog (after stemming; stop words are not)."""
+        return bool(self.terms(word))
+
+    def _topic_terms(self, text: str) -> list[int]:
+        """The ids of `text`'s TOPIC_TERMS terms of highest tf · idf held by 2 or more books."""
+        counts = Counter(self._ids[t] for t in self.terms(text))
+        n = self.size
+        weight = {
+            i: tf * math.log(1 + (n - self._df[i] + 0.5) / (self._df[i] + 0.5))
+            for i, tf in counts.items()
+            if self._df[i] >= 2
+        }
+        return sorted(weight, key=lambda i: (-weight[i], i))[:TOPIC_TERMS]
+
+    def topic_scores(self, rows: Sequence[int]) -> np.ndarray:
+        """(R, N) float32 BM25 scores of each book's topic terms (zeros for a book without)."""
+        out = np.zeros((len(rows), self.size), dtype=np.float32)
+        if self._topics is None:
+            raise ValueError("this index was built without topic texts")
+        for b, row in enumerate(rows):
+            if ids := self._topics[row]:
+                out[b] = self._bm25.get_scores([int(i) for i in ids])
+        return out
 
     def scores(self, queries: Sequence[str]) -> np.ndarray:
         """(B, N) float32 BM25 scores; a row of zeros for a query with no known term."""

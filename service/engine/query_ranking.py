@@ -5,6 +5,7 @@ For query q (its embedding) and text t, with head weights π (rows summing to 1)
     p_title       = softmax(scale_title · q K_titleᵀ)
     p_description = softmax(scale_description · q K_descriptionᵀ)
     p_lexical     = softmax(scale_lexical · bm25(t))   over the books with a query term
+    p_author      = softmax(scale_author · q K_descriptionᵀ)  over the books of the author t names
     weight        = Σ_h π_h p_h          a distribution over the books the filters keep
 
 Every head is exact over the whole catalog: `models.mixture.mix_topk` runs `attend` per dense
@@ -15,26 +16,37 @@ heads come from the index's `KeyStore`: the keys in this process, or, on the sha
 shards' answers merged exactly (service/cluster/router.py); the lexical head is computed here
 either way.
 
-A query with no term in the catalog's BM25 vocabulary among the kept books gives the lexical head
-no evidence: it abstains (its π goes to 0 and the others are renormalised) rather than spreading
-π_lexical uniformly over the catalog; the response lists it with weight 0 and `abstained`. A
-head with π = 0 in every row of a batch is not run.
+The author head is evidence of its own: a query that names an author of the catalog ("stephen
+king", "books by toni morrison", "le guin"; service/engine/catalog_names.py) attends over that
+author's books alone, ranked by the description keys, so "scary stephen king novels" finds King's
+horror. A query about an author ("a biography of …") is the opposite case: the author head
+abstains, and the author's own books are left out of the query's softmax (as a filter would
+leave them out: `matched` counts the rest), since every head would otherwise find them first by
+the name in their titles and descriptions. The response names the author and the intent.
+
+A head without evidence abstains (service/engine/mixing.py): the lexical head for a query with no
+term among the kept books, the author head for a query that names no author, the series head
+always (a typed query names no series); its π goes to the others, and the response lists it with
+weight 0 and `abstained`. A head with π = 0 in every row of a batch is not run.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
 from models.heads import ScoredHead
 from models.mixture import mix_topk
+from service.engine.catalog_names import NamedAuthor
 from service.engine.filters import Filters
-from service.engine.head_weights import HEADS, LEXICAL
+from service.engine.head_weights import AUTHOR, LEXICAL, SCORED_HEADS
+from service.engine.mixing import Mixed, hit_parts, search_weights
 from service.engine.results import HeadPart
+from service.engine.scored_heads import lexical_head, restricted_head, uniform
 from service.engine.served_index import RANK_FIELD, ServedIndex
 
 
@@ -54,6 +66,7 @@ class Ranking:
     abstained: tuple[str, ...]  # heads asked for that had no evidence (π set to 0)
     entropy: float | None  # nats, of `weight` over every matched book (None: not computed)
     rounds: int  # candidate rounds the exact top-k needed (the batch's)
+    named: NamedAuthor | None = None  # the author the query names, if it names one
 
 
 def rank_queries(
@@ -71,67 +84,57 @@ def rank_queries(
     B = q.shape[0]
     if len(index) == 0:
         return [Ranking([], 0, dict(h), (), 0.0, 0) for h in heads]
-    filters = list(filters or [Filters()] * B)
+    named = [index.names.recognise(t, index.lexical.knows) for t in texts]
+    filters = [about(index, f, n) for f, n in zip(filters or [Filters()] * B, named, strict=True)]
     mask = index.filters.batch_mask(filters)
-    # HEADS order: the dense heads first, as mix_topk takes them
-    names = [h for h in HEADS if any(w.get(h, 0) > 0 for w in heads)]
-    pi = torch.tensor([[w.get(h, 0.0) for h in names] for w in heads], dtype=torch.float64)
-    q = q.to(index.device)
-    scored: list[ScoredHead] = []
-    if LEXICAL in names:
-        j = names.index(LEXICAL)
+    asked = {h for w in heads for h, v in w.items() if v > 0}
+    scored: dict[str, tuple[ScoredHead, list[bool]]] = {}
+    if LEXICAL in asked:
         scores = torch.from_numpy(index.lexical.scores(list(texts)))  # (B, N)
-        kept = scores if mask is None else scores * mask.cpu()
-        evidence = (kept > 0).any(-1)  # (B,)
-        pi[:, j] *= evidence  # abstain without evidence
-        # the softmax runs over the books with evidence (a query term): a book without any
-        # has BM25 0 by construction, not a likelihood, so it gets p_lexical = 0; a row with
-        # no evidence at all keeps every book (uniform) in case lexical is all it asked for
-        no_term = (scores <= 0) & evidence[:, None]
-        scored.append(ScoredHead(scores.masked_fill(no_term, -math.inf), scales[LEXICAL]))
-    total = pi.sum(-1, keepdim=True)
-    pi = _restore_empty_rows(pi / total.clamp_min(1e-300), heads, names)
-    fields = [(name, scales[name]) for name in names if name != LEXICAL]
-    dense = index.keys.dense_heads(q, fields, filters=filters, mask=mask)
-    mix = mix_topk(dense, scored, pi, k=k, mask=mask, entropy=True)
-    if RANK_FIELD in names:  # the description head's own scores, already exact
-        desc = mix.scores[:, :, names.index(RANK_FIELD)]  # (B, k)
+        scored[LEXICAL] = lexical_head(scores, scales[LEXICAL], mask)
+    if AUTHOR in asked:
+        by = [n.rows if n is not None and n.intent == "by" else () for n in named]
+        if any(by):
+            scored[AUTHOR] = restricted_head(index, q, by, scales[AUTHOR], mask)
+    names, want, has = search_weights(heads, {h: e for h, (_, e) in scored.items()})
+    mixed = Mixed.of(want, has, names)
+    fields = [(name, scales[name]) for name in mixed.components if name not in SCORED_HEADS]
+    dense = index.keys.dense_heads(q.to(index.device), fields, filters=filters, mask=mask)
+    parts = [
+        scored[h][0] if h in scored else uniform(B, len(index), scales[h])
+        for h in mixed.components
+        if h in SCORED_HEADS
+    ]
+    mix = mix_topk(dense, parts, mixed.pi, k=k, mask=mask, entropy=True)
+    if RANK_FIELD in mixed.components:  # the description head's own scores, already exact
+        desc = mix.scores[:, :, mixed.components.index(RANK_FIELD)]  # (B, k)
     else:
         desc = description_scores(index, q, mix.indices, filters=filters)
-    # plain lists once: indexing tensors element by element costs more than the search
-    rows, weights, descs = mix.indices.tolist(), mix.weights.tolist(), desc.tolist()
-    raw, probs, shares = mix.scores.tolist(), mix.probs.tolist(), mix.shares.tolist()
-    matched, head_pi = mix.matched.tolist(), pi.tolist()
     assert mix.entropy is not None
-    entropy = mix.entropy.tolist()
-    out = []
-    for b in range(B):
-        used = {h: head_pi[b][j] for j, h in enumerate(names) if head_pi[b][j] > 0}
-        silent = tuple(h for h in names if h not in used and heads[b].get(h, 0) > 0)
-        hits = []
-        for r, row in enumerate(rows[b]):
-            if row < 0:
-                continue
-            parts = {
-                h: HeadPart(
-                    score=max(0.0, raw[b][r][j]) if h == LEXICAL else raw[b][r][j],
-                    probability=probs[b][r][j],
-                    share=shares[b][r][j],
-                )
-                for j, h in enumerate(names)
-                if h in used
-            }
-            hits.append(Hit(row, descs[b][r], weights[b][r], parts))
-        out.append(Ranking(hits, int(matched[b]), used, silent, entropy[b], mix.rounds))
-    return out
+    entropy, matched = mix.entropy.tolist(), mix.matched.tolist()
+    hits = hit_parts(mix, mixed.components, mixed.used)
+    descs, weights = desc.tolist(), mix.weights.tolist()
+    return [
+        Ranking(
+            [Hit(row, descs[b][r], weights[b][r], parts) for r, (row, parts) in enumerate(hits[b])],
+            int(matched[b]),
+            mixed.used[b],
+            mixed.abstained[b],
+            entropy[b],
+            mix.rounds,
+            named[b],
+        )
+        for b in range(B)
+    ]
 
 
-def _restore_empty_rows(pi: Tensor, heads: Sequence[dict[str, float]], names: list[str]) -> Tensor:
-    """Rows left with no head (only an abstaining lexical head asked for) get their π back:
-    the lexical head is then uniform over the matched books, which is the honest answer."""
-    asked = torch.tensor([[w.get(h, 0.0) for h in names] for w in heads], dtype=torch.float64)
-    empty = pi.sum(-1, keepdim=True) <= 0
-    return torch.where(empty, asked, pi)
+def about(index: ServedIndex, filters: Filters, named: NamedAuthor | None) -> Filters:
+    """A query about an author ("a biography of …") leaves the author's own books out: every
+    head would otherwise find them first, by the name in their titles and descriptions."""
+    if named is None or named.intent != "about":
+        return filters
+    own = frozenset(index.books.ids[r] for r in named.rows)
+    return replace(filters, exclude=filters.exclude | own)
 
 
 def description_scores(

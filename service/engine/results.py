@@ -40,6 +40,15 @@ class RankedBook:
 
 
 @dataclass(frozen=True)
+class AuthorNamed:
+    """The author a query names (against the catalog's author index), and how."""
+
+    name: str  # as the catalog writes it
+    books: int  # the catalog's books by the name (the author head's books, for "by")
+    intent: str  # "by": their books; "about": books about them (their own books left out)
+
+
+@dataclass(frozen=True)
 class SearchResult:
     query: str
     model: str
@@ -54,6 +63,7 @@ class SearchResult:
     offset: int
     generation: int | None
     results: list[RankedBook]
+    author: AuthorNamed | None = None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from service.engine.batching import Job, Slice, WaitingLine
 from service.engine.exceptions import IndexEmptyError
 from service.engine.filters import Filters
 from service.engine.query_ranking import Ranking, rank_queries
-from service.engine.results import HeadsUsed, RankedBook, SearchResult
+from service.engine.results import AuthorNamed, HeadsUsed, RankedBook, SearchResult
 from service.engine.served_index import RANK_FIELD, ServedIndex
 
 logger = logging.getLogger(__name__)
@@ -262,6 +262,9 @@ class Searcher:
             k=options.k,
             offset=options.offset,
             generation=index.generation,
+            author=None
+            if ranking.named is None
+            else AuthorNamed(ranking.named.name, len(ranking.named.rows), ranking.named.intent),
             results=[
                 RankedBook(
                     options.offset + i + 1,

@@ -1,9 +1,10 @@
 """The served index: one generation of the catalog, held for searching.
 
 It holds the books (their columns, for the responses), the filter columns (the attention masks),
-the lexical head's BM25 index and a `KeyStore`, which answers the dense heads. The keys are
-either in this process, on its device (`LocalKeys`), or on the shards of a cluster
-(service/cluster/router.py), which the index reaches through the same interface.
+the lexical head's BM25 index, the catalog's author and series names, and a `KeyStore`, which
+answers the dense heads. The keys are either in this process, on its device (`LocalKeys`), or
+on the shards of a cluster (service/cluster/router.py), which the index reaches through the
+same interface.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from indexer.store import LoadedIndex
 from models import cpu_blas
 from models.device import pick_device
 from models.heads import DenseHead, DenseHeads, LocalDenseHeads
+from service.engine.catalog_names import CatalogNames
 from service.engine.filters import FilterColumns, Filters
 from service.engine.lexical import LexicalIndex, book_document
 
@@ -135,12 +137,15 @@ class LocalKeys:
 
 def lexical_index(books: BookColumns, descriptions: Sequence[str | None] | None) -> LexicalIndex:
     """The lexical head's BM25 over the books' title, authors and (row-aligned `descriptions`,
-    when given) description."""
+    when given) description; a book's topic terms come from its description (its title
+    without one)."""
+    texts = [(descriptions[i] if descriptions else None) or t for i, t in enumerate(books.titles)]
     return LexicalIndex(
         [
             book_document(title, authors, descriptions[i] if descriptions else None)
             for i, (title, authors) in enumerate(zip(books.titles, books.authors, strict=True))
-        ]
+        ],
+        topics=texts,
     )
 
 
@@ -159,6 +164,7 @@ class ServedIndex:
         self.generation = index.generation  # the snapshot of the catalog these keys are
         self.keys = keys
         self.lexical = lexical_index(index.books, descriptions)
+        self.names = CatalogNames(index.books.titles, index.books.authors, descriptions)
         self.filters = FilterColumns(index.books, device=keys.device)
 
     @classmethod

@@ -1,0 +1,232 @@
+"""The catalog's names: who wrote each book and which series it belongs to, as whole names.
+
+A bag of words blurs names: "William" is a token of *Neuromancer*'s author and of *The Rise and
+Fall of the Third Reich*'s, and "Philosopher" is a word of a Harry Potter title and of Plato's
+readers. Here an author is the whole name (its tokens folded: case, accents, punctuation, so
+"J.R.R. Tolkien" and "J. R. R. Tolkien" are one), and a series is the key of the title's
+"(Series, #n)" marker. Two uses:
+
+- a book's **mates**: the other books by one of its authors, the other books of its series
+  (the author and series heads of similar books and recommendations);
+- a typed query that **names an author** ("stephen king", "books by toni morrison", "le guin",
+  "tolkein"): `recognise` finds it against the catalog's own author index. A surname alone
+  counts only where the catalog uses the word more as that name than as a word ("Guin",
+  "Vonnegut", but not "London" or "French"); a misspelt word that is no word of the catalog is
+  read as the author token one edit away, if only one is. "about X", "a biography of X" and
+  the like name X as the subject: the intent is then "about", not "by".
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+# "(Discworld, #30)", "(The Lord of the Rings  #1)", "(Harry Potter #6-7)"
+_SERIES = re.compile(r"\(([^()]*?)[,;]?\s*#\s*[\d.]+(?:\s*-+\s*[\d.]+)?\)\s*$")
+_WORD = re.compile(r"[^\W_]+")
+# the particles that belong to a surname: "Ursula K. Le Guin" → "le guin"
+_PARTICLES = frozenset(
+    [
+        "le",
+        "la",
+        "de",
+        "du",
+        "da",
+        "di",
+        "del",
+        "della",
+        "van",
+        "von",
+        "der",
+        "den",
+        "ten",
+        "ter",
+        "st",
+    ]
+)
+# words that make the named author the subject of the query, not its writer: anywhere in it,
+# "on" right before the name ("essays on Tolkien"), and "of" after a word of a life ("the life
+# of", "a portrait of"; "the novels of Jane Austen" stays "by")
+_ABOUT = frozenset(
+    ["about", "biography", "biographies", "criticism", "critique", "companion", "guide"]
+)
+_OF_A_LIFE = frozenset(["life", "lives", "portrait", "story", "death", "study", "studies", "times"])
+_ARTICLES = frozenset({"the", "a", "an"})  # "the french", "the ripper": a word, not a surname
+_NOT_AUTHORS = frozenset({("anonymous",), ("unknown",), ("various",), ("various", "authors")})
+FUZZY_MIN_LENGTH = 5  # shorter words are one edit away from too many others
+MAX_NAME_TOKENS = 6
+
+
+def fold(text: str) -> list[str]:
+    """Words of `text` case-folded with accents and punctuation gone: "García Márquez" →
+    ["garcia", "marquez"], "J.R.R." → ["j", "r", "r"]."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    bare = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return _WORD.findall(bare.casefold())
+
+
+def series_key(title: str) -> str | None:
+    """The series a title names ("discworld" for "Mort (Discworld  #4)"), None without one."""
+    m = _SERIES.search(title)
+    return " ".join(fold(m.group(1))) or None if m else None
+
+
+def surname(tokens: Sequence[str]) -> tuple[str, ...]:
+    """The last name with its particles: ("le", "guin") of "ursula k le guin"."""
+    i = len(tokens) - 1
+    while i > 0 and tokens[i - 1] in _PARTICLES:
+        i -= 1
+    return tuple(tokens[i:])
+
+
+@dataclass(frozen=True)
+class NamedAuthor:
+    """An author a query names: the name as the catalog writes it, its books' rows, and
+    whether the query asks for the author's books ("by") or for books about the author."""
+
+    name: str
+    rows: tuple[int, ...]
+    intent: str  # "by" or "about"
+    words: tuple[str, ...]  # the query's words that named it (folded, as corrected)
+
+
+class CatalogNames:
+    """Authors and series of one generation's books, row-aligned with the served index."""
+
+    def __init__(
+        self,
+        titles: Sequence[str],
+        authors: Sequence[Sequence[str]],
+        descriptions: Sequence[str | None] | None = None,
+    ):
+        self._author_rows: dict[tuple[str, ...], list[int]] = {}
+        self._display: dict[tuple[str, ...], str] = {}
+        self._row_authors: list[tuple[tuple[str, ...], ...]] = []
+        for row, names in enumerate(authors):
+            keys = []
+            for name in names:
+                key = tuple(fold(name))[:MAX_NAME_TOKENS]
+                if key and key not in keys and key not in _NOT_AUTHORS:
+                    keys.append(key)
+                    self._author_rows.setdefault(key, []).append(row)
+                    self._display.setdefault(key, name)
+            self._row_authors.append(tuple(keys))
+        self._row_series = [series_key(t) for t in titles]
+        self._series_rows: dict[str, list[int]] = {}
+        for row, s in enumerate(self._row_series):
+            if s is not None:
+                self._series_rows.setdefault(s, []).append(row)
+        # what a query's words can name: a full name, the name without its initials, any
+        # ending of two or more words of that ("garcia marquez", "le guin"), and a surname
+        self._phrases: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+        surnames: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+        for key in self._author_rows:
+            core = tuple(t for t in key if len(t) > 1) or key
+            for form in {key, core, *(core[i:] for i in range(len(core) - 1))}:
+                if len(form) >= 2:
+                    self._phrases.setdefault(form, set()).add(key)
+            surnames.setdefault(surname(core), set()).add(key)
+        self._surnames = self._name_like(surnames, titles, descriptions)
+        self._tokens = {t for key in self._author_rows for t in key if len(t) >= FUZZY_MIN_LENGTH}
+        self._deletions: dict[str, set[str]] = {}
+        for t in self._tokens:
+            for d in _deletions(t):
+                self._deletions.setdefault(d, set()).add(t)
+
+    def _name_like(
+        self,
+        surnames: dict[tuple[str, ...], set[tuple[str, ...]]],
+        titles: Sequence[str],
+        descriptions: Sequence[str | None] | None,
+    ) -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+        """The surnames a query may name alone: those the catalog's titles and descriptions
+        use in fewer books by others than the name's own books number. "London" is in many
+        descriptions and Jack London wrote few of the books: a word, not a name."""
+        single = {s[0] for s in surnames if len(s) == 1}
+        used: Counter[str] = Counter()
+        for row, title in enumerate(titles):
+            text = title + " " + ((descriptions[row] or "") if descriptions else "")
+            mine = {t for key in self._row_authors[row] for t in key}
+            used.update({t for t in fold(text) if t in single and t not in mine})
+        out = {}
+        for s, keys in surnames.items():
+            books = len({r for key in keys for r in self._author_rows[key]})
+            if len(s) > 1 or used[s[0]] < books:
+                out[s] = keys
+        return out
+
+    # ---- a book's mates
+
+    def author_mates(self, row: int) -> list[int]:
+        """The other books by one of the book's authors (whole names), in catalog order."""
+        mates = {r for key in self._row_authors[row] for r in self._author_rows[key]}
+        mates.discard(row)
+        return sorted(mates)
+
+    def series_mates(self, row: int) -> list[int]:
+        """The other books of the book's series, in catalog order."""
+        s = self._row_series[row]
+        return [r for r in self._series_rows.get(s, []) if r != row] if s else []
+
+    def series(self, row: int) -> str | None:
+        return self._row_series[row]
+
+    # ---- a typed query
+
+    def recognise(self, query: str, known: Callable[[str], bool]) -> NamedAuthor | None:
+        """The author `query` names, if any: the longest run of its words that is a name of
+        the index (after fixing a misspelt word: one that `known` says is no word of the
+        catalog and that is one edit from exactly one author word)."""
+        words = [self._corrected(w, known) for w in fold(query)]
+        for n in range(min(MAX_NAME_TOKENS, len(words)), 0, -1):
+            for i in range(len(words) - n + 1):
+                form = tuple(words[i : i + n])
+                keys = self._phrases.get(form) if n >= 2 else None
+                if not keys and not (i and words[i - 1] in _ARTICLES):  # "the ripper"
+                    keys = self._surnames.get(form)
+                if not keys:
+                    continue
+                rows = sorted({r for key in keys for r in self._author_rows[key]})
+                name = self._display[max(keys, key=lambda k: len(self._author_rows[k]))]
+                intent = "about" if _asks_about(words[:i], words[i + n :]) else "by"
+                return NamedAuthor(name, tuple(rows), intent, form)
+        return None
+
+    def _corrected(self, word: str, known: Callable[[str], bool]) -> str:
+        if len(word) < FUZZY_MIN_LENGTH or word in self._tokens or known(word):
+            return word
+        near = {t for d in (word, *_deletions(word)) for t in self._deletions.get(d, ())}
+        near |= _deletions(word) & self._tokens
+        near = {t for t in near if _one_edit(word, t)}
+        return near.pop() if len(near) == 1 else word
+
+
+def _asks_about(before: Sequence[str], after: Sequence[str]) -> bool:
+    """Whether the words around a name make its bearer the query's subject."""
+    if _ABOUT.intersection(before) or _ABOUT.intersection(after):
+        return True
+    if before and before[-1] == "on":
+        return True
+    return len(before) >= 2 and before[-1] == "of" and before[-2] in _OF_A_LIFE
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """One substitution, insertion, deletion or swap of neighbours apart (a ≠ b)."""
+    if len(a) < len(b):
+        a, b = b, a
+    if len(a) - len(b) == 1:
+        return any(a[:i] + a[i + 1 :] == b for i in range(len(a)))
+    diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+    if len(diff) == 1:
+        return True
+    i, j = diff if len(diff) == 2 else (0, 0)
+    return len(diff) == 2 and j == i + 1 and a[i] == b[j] and a[j] == b[i]
+
+
+def _deletions(word: str) -> set[str]:
+    """Every string one deletion from `word` (symmetric-delete spelling correction: two words
+    one substitution, insertion, deletion or transposition apart share one of these)."""
+    return {word[:i] + word[i + 1 :] for i in range(len(word))}

@@ -1,0 +1,106 @@
+"""The mixture weights π of a ranking, after the heads without evidence abstain, and a ranking's
+hits with their per-head parts: one rule for a typed query and for books as the query.
+
+A mixture has components, each a head asked by a query: for a search, one per head; for
+similar books and recommendations, one per (liked book, head). Component c of query b asks for
+weight a[b, c]; it gets π[b, c] = a[b, c] · evidence[b, c], renormalised over the query's
+components. A head **abstains** for a query when none of its components has evidence (a lexical
+head with no query term among the kept books, an author head for a query that names no author,
+a series head for a book of no series): its π goes to the other heads, and the response lists it
+with weight 0 and `abstained`. A query left with no component at all (it asked only for heads
+that abstain) gets its asked weights back: those heads are then uniform over the kept books,
+which is the honest answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from models.mixture import Mixture
+from service.engine.head_weights import HEADS, LEXICAL, SCORED_HEADS
+from service.engine.results import HeadPart
+
+
+@dataclass(frozen=True)
+class Mixed:
+    """π over a ranking's components, and what each query used of its heads."""
+
+    components: list[str]  # the head of each column of pi that weighs in some query
+    columns: list[int]  # each kept column's index among the components asked
+    pi: Tensor  # (B, C) float64, rows summing to 1
+    used: list[dict[str, float]]  # per query: head → its π (summed over its components)
+    abstained: list[tuple[str, ...]]  # per query: heads asked for that got no π
+
+    @classmethod
+    def of(cls, asked: Tensor, evidence: Tensor, heads: Sequence[str]) -> Mixed:
+        """asked (B, C) the weights components ask for, evidence (B, C) bool, heads: the head of
+        each component. Columns no query weighs are dropped."""
+        pi = asked * evidence
+        empty = pi.sum(-1, keepdim=True) <= 0  # (B, 1)
+        pi = torch.where(empty, asked, pi)
+        pi = pi / pi.sum(-1, keepdim=True).clamp_min(1e-300)
+        columns = [c for c in range(pi.shape[1]) if bool((pi[:, c] > 0).any())]
+        used: list[dict[str, float]] = []
+        abstained: list[tuple[str, ...]] = []
+        for row, want in zip(pi.tolist(), asked.tolist(), strict=True):
+            got: dict[str, float] = {}
+            for h, w in zip(heads, row, strict=True):
+                if w > 0:
+                    got[h] = got.get(h, 0.0) + w
+            wanted = {h for h, w in zip(heads, want, strict=True) if w > 0}
+            used.append({h: got[h] for h in HEADS if h in got})
+            abstained.append(tuple(h for h in HEADS if h in wanted and h not in got))
+        return cls([heads[c] for c in columns], columns, pi[:, columns], used, abstained)
+
+
+def search_weights(
+    weights: Sequence[dict[str, float]], evidence: dict[str, list[bool]]
+) -> tuple[list[str], Tensor, Tensor]:
+    """A search batch's components (the heads asked, in HEADS order), their asked weights
+    (B, H) and evidence (B, H): a dense head always has evidence, a scored head where
+    `evidence` says (none where it was not built)."""
+    names = [h for h in HEADS if any(w.get(h, 0) > 0 for w in weights)]
+    asked = torch.tensor([[w.get(h, 0.0) for h in names] for w in weights], dtype=torch.float64)
+    B = len(weights)
+    has = [evidence.get(h, [False] * B) if h in SCORED_HEADS else [True] * B for h in names]
+    return names, asked, torch.tensor(has, dtype=torch.bool).T.reshape(B, len(names))
+
+
+def hit_parts(
+    mix: Mixture, heads: Sequence[str], used: Sequence[dict[str, float]]
+) -> list[list[tuple[int, dict[str, HeadPart]]]]:
+    """Per query, each hit's row and its part of each head the query used (`heads`: one
+    component per head; a scored head's −inf score, a book it leaves out, is shown as 0)."""
+    if len(set(heads)) != len(heads):
+        raise ValueError(f"one component per head, got {list(heads)}")
+    rows, raw = mix.indices.tolist(), mix.scores.tolist()
+    probs, shares = mix.probs.tolist(), mix.shares.tolist()
+    out = []
+    for b, hits in enumerate(rows):
+        ranked = []
+        for r, row in enumerate(hits):
+            if row < 0:
+                continue
+            parts = {
+                h: HeadPart(shown(h, raw[b][r][j]), probs[b][r][j], shares[b][r][j])
+                for j, h in enumerate(heads)
+                if h in used[b]
+            }
+            ranked.append((row, parts))
+        out.append(ranked)
+    return out
+
+
+def shown(head: str, score: float) -> float:
+    """A head's raw score as a response shows it: a scored head's −inf (the book is not in
+    it) and a lexical score's clamp are 0 (BM25 is never negative but for a dislike's shift)."""
+    if head not in SCORED_HEADS:
+        return score
+    if head == LEXICAL:
+        return max(0.0, score)
+    return score if score > -math.inf else 0.0

@@ -1,0 +1,73 @@
+"""The scored heads of a mixture, built the same way for a typed query and for a book as the
+query: logits over every book of the catalog given as scores, −inf for a book the head leaves
+out (`models.heads.ScoredHead`).
+
+- **lexical**: BM25 of the query's terms. Its softmax runs over the books that hold a term: a book
+  without one has BM25 0 by construction, not a likelihood, so it gets p = 0.
+- **restricted** (the author and series heads): attention over a set of books only, q·k with the
+  description keys of the set's rows, −inf for every other book: the books by the author a
+  query names, or a query book's author and series mates.
+
+A head has **evidence** for a query when some book the filters keep has a finite logit; without
+it the head abstains (its π goes to the other heads, service/engine/mixing.py), and its row is
+uniform over the books, so that a query asking only for it still gets an answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from models.heads import ScoredHead
+from service.engine.served_index import RANK_FIELD, ServedIndex
+
+
+def kept(mask: Tensor | None, B: int, N: int) -> Tensor:
+    """(B, N) bool: the books the filters keep, on the CPU."""
+    if mask is None:
+        return torch.ones(B, N, dtype=torch.bool)
+    return mask.cpu().to(torch.bool).expand(B, N)
+
+
+def lexical_head(
+    scores: Tensor, scale: float, mask: Tensor | None
+) -> tuple[ScoredHead, list[bool]]:
+    """BM25 scores (B, N) → the lexical head and, per query, whether it has evidence."""
+    B, N = scores.shape
+    evidence = ((scores > 0) & kept(mask, B, N)).any(-1)  # (B,)
+    no_term = (scores <= 0) & evidence[:, None]
+    return ScoredHead(scores.masked_fill(no_term, -math.inf), scale), evidence.tolist()
+
+
+def restricted_head(
+    index: ServedIndex,
+    q: Tensor,
+    rows: Sequence[Sequence[int]],
+    scale: float,
+    mask: Tensor | None,
+) -> tuple[ScoredHead, list[bool]]:
+    """Query b (row of q (B, d), a description-key query) attends over the books `rows[b]`
+    alone: the head and, per query, whether a kept book is among its rows."""
+    B, N = q.shape[0], len(index)
+    scores = torch.full((B, N), -math.inf)  # (B, N)
+    union = sorted({r for rs in rows for r in rs})
+    if union:
+        keys = index.keys.key_rows(union, [RANK_FIELD])[0]  # (U, d) float32, CPU
+        s = q.float().cpu() @ keys.T  # (B, U)
+        at = {r: j for j, r in enumerate(union)}
+        for b, rs in enumerate(rows):
+            if rs:
+                cols = torch.tensor([at[r] for r in rs])
+                scores[b, torch.tensor(list(rs))] = s[b, cols]
+    evidence = (torch.isfinite(scores) & kept(mask, B, N)).any(-1)  # (B,)
+    scores[~evidence] = 0.0  # uniform: it weighs only where nothing else was asked
+    return ScoredHead(scores, scale), evidence.tolist()
+
+
+def uniform(B: int, N: int, scale: float) -> ScoredHead:
+    """A scored head with no evidence for any query, uniform over the kept books: what a query
+    gets that asked only for heads that abstain."""
+    return ScoredHead(torch.zeros(B, N), scale)

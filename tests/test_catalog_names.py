@@ -1,0 +1,106 @@
+"""The catalog's names (service/engine/catalog_names.py): whole author names, series keys, and a
+typed query that names an author, over a small catalog written for the cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.engine.catalog_names import CatalogNames, fold, series_key
+
+BOOKS = [  # (title, authors, description)
+    ("Neuromancer", ["William Gibson"], "a hacker in cyberspace"),
+    ("Count Zero", ["William Gibson"], "cyberspace and corporations"),
+    ("The Rise and Fall of the Third Reich", ["William L. Shirer"], "nazi germany"),
+    ("Mort (Discworld, #4)", ["Terry Pratchett"], "death takes an apprentice"),
+    ("Small Gods (Discworld  #13)", ["Terry Pratchett"], "a tortoise god"),
+    ("Good Omens", ["Terry Pratchett", "Neil Gaiman"], "the end of the world"),
+    ("The Left Hand of Darkness", ["Ursula K. Le Guin"], "a planet of ambisexual people"),
+    ("The Call of the Wild", ["Jack London"], "a dog in the Klondike"),
+    ("White Fang", ["Jack London"], "a wolf dog"),
+    ("Oliver Twist", ["Charles Dickens"], "an orphan in London"),
+    ("London Fields", ["Martin Amis"], "a murder in London"),
+    ("Victorian London Streets", ["H. Mayhew"], "the poor of London"),
+    ("Beloved", ["Toni Morrison"], "a former slave haunted by her daughter"),
+    ("Sula", ["Toni Morrison"], "two friends in Ohio"),
+    ("Toni Morrison: A Life", ["A. Biographer"], "the life of the novelist Toni Morrison"),
+    ("The Hobbit", ["J.R.R. Tolkien"], "a hobbit and a dragon"),
+    ("The Silmarillion", ["J. R. R. Tolkien"], "the elder days"),
+]
+
+
+@pytest.fixture(scope="module")
+def names() -> CatalogNames:
+    titles, authors, descriptions = zip(*BOOKS, strict=True)
+    return CatalogNames(list(titles), [list(a) for a in authors], list(descriptions))
+
+
+def words_of_catalog(word: str) -> bool:
+    """Whether `word` is a word of the catalog's text (what the lexical index says)."""
+    return any(word in fold(" ".join([t, *a, d])) for t, a, d in BOOKS)
+
+
+def row(title: str) -> int:
+    return next(i for i, (t, _, _) in enumerate(BOOKS) if t == title)
+
+
+def test_an_author_is_a_whole_name_not_its_words(names: CatalogNames) -> None:
+    assert names.author_mates(row("Neuromancer")) == [row("Count Zero")]  # not Shirer
+    assert fold("J.R.R. Tolkien") == fold("J. R. R. Tolkien") == ["j", "r", "r", "tolkien"]
+    assert names.author_mates(row("The Hobbit")) == [row("The Silmarillion")]
+    assert fold("García Márquez") == ["garcia", "marquez"]
+
+
+def test_a_series_is_the_key_of_the_titles_marker(names: CatalogNames) -> None:
+    assert series_key("Mort (Discworld, #4)") == series_key("Small Gods (Discworld  #13)")
+    assert series_key("Harry Potter Boxed Set (Harry Potter, #1-7)") == "harry potter"
+    assert series_key("Good Omens") is None
+    assert names.series_mates(row("Mort (Discworld, #4)")) == [row("Small Gods (Discworld  #13)")]
+    assert names.series_mates(row("Good Omens")) == []  # Pratchett's, but of no series
+
+
+@pytest.mark.parametrize(
+    ("query", "author", "intent"),
+    [
+        ("Terry Pratchett", "Terry Pratchett", "by"),
+        ("books by toni morrison", "Toni Morrison", "by"),
+        ("ursula le guin", "Ursula K. Le Guin", "by"),  # without the middle initial
+        ("le guin", "Ursula K. Le Guin", "by"),  # a surname with its particle
+        ("tolkein novels", "J.R.R. Tolkien", "by"),  # one swap from the catalog's word
+        ("terry pratchet", "Terry Pratchett", "by"),  # one letter short
+        ("novels about toni morrison", "Toni Morrison", "about"),
+        ("a biography of toni morrison", "Toni Morrison", "about"),
+        ("the life of toni morrison", "Toni Morrison", "about"),
+        ("the novels of toni morrison", "Toni Morrison", "by"),
+        ("jack london stories", "Jack London", "by"),  # the whole name is a name
+    ],
+)
+def test_a_query_that_names_an_author(
+    names: CatalogNames, query: str, author: str, intent: str
+) -> None:
+    named = names.recognise(query, words_of_catalog)
+    assert named is not None, query
+    assert (named.name, named.intent) == (author, intent)
+    assert all(author in BOOKS[r][1] or author == "J.R.R. Tolkien" for r in named.rows)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "victorian london",  # London is more a word of the catalog than Jack London's name
+        "a murder in london",
+        "william",  # a first name alone
+        "the dog",
+        "cyberspace",
+    ],
+)
+def test_a_subject_that_contains_a_name_names_no_author(names: CatalogNames, query: str) -> None:
+    assert names.recognise(query, words_of_catalog) is None
+
+
+def test_a_misspelling_is_read_only_when_it_is_no_word_and_one_author_word_is_near() -> None:
+    catalog = CatalogNames(["A", "B", "C"], [["Ann Patchett"], ["Terry Pratchett"], ["X"]])
+    # "pratchet" is one edit from Pratchett, two from Patchett: read as Pratchett
+    named = catalog.recognise("pratchet", lambda w: False)
+    assert named is not None and named.name == "Terry Pratchett"
+    # a word of the catalog is never corrected, even one edit from a name
+    assert catalog.recognise("pratchet", lambda w: True) is None
