@@ -81,6 +81,14 @@ class IndexSettings(StoreSettings, RaySettings):
         description="Longest catalog row read (a JSONL line, a CSV record): a longer one is "
         "rejected with its line number, so memory stays bounded per row whatever the file.",
     )
+    max_delete_fraction: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="The largest share of the index's books one `attend index` (or admin "
+        "re-index) may remove as a snapshot; a catalog that would remove more is refused, "
+        "writing nothing, unless --allow-mass-delete. 1 turns the check off.",
+    )
     ray_workers: int = Field(
         0,
         ge=0,

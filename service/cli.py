@@ -106,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
         "they are removed)",
     )
     p.add_argument(
+        "--allow-mass-delete",
+        action="store_true",
+        help="index a catalog that removes more than ATTEND_MAX_DELETE_FRACTION (default 0.5) "
+        "of the indexed books (default: such a catalog, and one with no valid row, is refused "
+        "and nothing is written)",
+    )
+    p.add_argument(
         "--engine", choices=["local", "ray"], help="local: this process (default); ray: Ray Data"
     )
     p.add_argument(
