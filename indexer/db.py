@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, exc
+from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
 
 logger = logging.getLogger(__name__)
@@ -124,10 +126,42 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
+@contextlib.contextmanager
+def migration_transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection in one transaction that holds DDL too: committed whole or not at all.
+
+    PostgreSQL's DDL is transactional as it is. Python's sqlite3 is not, by default: it opens a
+    transaction only before DML, so the CREATE TABLEs a migration issues first were committed
+    one by one, and a migration killed midway left its tables with `alembic_version` unchanged
+    (every later upgrade: "table generations already exists"). Here, as in SQLAlchemy's
+    pysqlite recipe, the driver's own transaction handling is off (`isolation_level = None`)
+    and the transaction is begun explicitly: BEGIN IMMEDIATE, so the migration holds the write
+    lock from its first statement. The pooled connection gets the driver's default back."""
+    with engine.connect() as conn:
+        if conn.dialect.name != "sqlite":
+            with conn.begin():
+                yield conn
+            return
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None
+        default = dbapi.isolation_level
+        dbapi.isolation_level = None
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")  # SQLAlchemy's autobegin: a no-op here
+            try:
+                yield conn
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+        finally:
+            dbapi.isolation_level = default
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply migrations up to `revision` (Alembic's `upgrade`)."""
+    """Apply migrations up to `revision` (Alembic's `upgrade`), in one transaction."""
     cfg = alembic_config(engine)
-    with engine.begin() as conn:
+    with migration_transaction(engine) as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
     logger.info(
@@ -137,7 +171,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
 def downgrade(engine: Engine, revision: str) -> None:
     cfg = alembic_config(engine)
-    with engine.begin() as conn:
+    with migration_transaction(engine) as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
 
