@@ -32,6 +32,7 @@ from indexer.db import ensure_schema
 from indexer.schema import BUILDING, Book, Generation
 from indexer.settings import IndexSettings
 from models.encoder import Encoder
+from models.text import normalize_id
 
 __all__ = [
     "FIELDS",
@@ -45,6 +46,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+FEW_REMOVALS = 10  # a snapshot may always remove this many books: a mistake that small is cheap
 
 
 class SnapshotRefusedError(CatalogError):
@@ -268,7 +272,7 @@ def _check_removals(settings: IndexSettings, engine: Engine, catalog: CatalogSna
         return
     kept = sum(1 for record in _valid(catalog) if record.id in indexed)
     removed = len(indexed) - kept
-    if removed > settings.max_delete_fraction * len(indexed):
+    if removed > max(settings.max_delete_fraction * len(indexed), FEW_REMOVALS):
         raise SnapshotRefusedError(
             f"{catalog.name} would remove {removed} of the index's {len(indexed)} books "
             f"(it holds {kept} of them), more than ATTEND_MAX_DELETE_FRACTION="
@@ -398,6 +402,7 @@ class DeleteReport:
 def delete_books(*, engine: Engine, book_ids: Sequence[str]) -> DeleteReport:
     """Remove books from the index: a new generation without them, activated at once."""
     ensure_schema(engine, create_if_new=False)
+    book_ids = [normalize_id(b) for b in book_ids]  # as the catalog's were indexed
     with generations.writer_lock(engine), Session(engine) as session, session.begin():
         active = store.active_generation(session=session)
         if active is None:

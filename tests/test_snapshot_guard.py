@@ -30,9 +30,7 @@ from service.settings import ServiceSettings
 TOKEN = "s3cret-admin-token-0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 BOOKS: list[dict[str, object]] = [
-    {"id": "dl", "title": "Deep Learning", "description": "neural networks"},
-    {"id": "dune", "title": "Dune", "description": "desert planet spice"},
-    {"id": "hp", "title": "Harry Potter", "description": "wizard school magic"},
+    {"id": f"b{i}", "title": f"Book {i}", "description": f"words of book {i}"} for i in range(30)
 ]
 
 
@@ -143,28 +141,33 @@ def test_admin_reindex_refuses_an_empty_upload_and_a_mass_delete(
         assert r.status_code == 202, r.text
         job = _wait_job(client, r.json()["id"])
         assert job["state"] == "failed" and "holds no valid book" in job["error"], job
-        assert client.get("/healthz").json()["catalog_size"] == 3
+        assert client.get("/healthz").json()["catalog_size"] == 30
 
         one = write_jsonl(tmp_path / "one.jsonl", BOOKS[:1])
         r = client.post("/admin/reindex", json={"catalog": str(one)}, headers=AUTH)
         job = _wait_job(client, r.json()["id"])
         assert job["state"] == "failed", job
-        assert "would remove 2 of the index's 3 books" in job["error"]
+        assert "would remove 29 of the index's 30 books" in job["error"]
         assert '"allow_mass_delete": true' in job["error"]
-        assert _state(url) == (1, 3, 1)
+        assert _state(url) == (1, 30, 1)
 
         body = {"catalog": str(one), "allow_mass_delete": True}
         r = client.post("/admin/reindex", json=body, headers=AUTH)
         job = _wait_job(client, r.json()["id"])
-        assert job["state"] == "succeeded" and job["report"]["removed"] == 2, job
+        assert job["state"] == "succeeded" and job["report"]["removed"] == 29, job
         assert client.get("/healthz").json()["catalog_size"] == 1
 
-        # an upload takes the flag as a form field
+        # a few removals need no flag (b0 goes); an upload takes the flag as a form field
+        few = "".join(json.dumps(b) + "\n" for b in BOOKS[1:])
+        r = client.post("/admin/reindex", files={"catalog": ("b.jsonl", few)}, headers=AUTH)
+        job = _wait_job(client, r.json()["id"])
+        assert job["state"] == "succeeded" and job["report"]["removed"] == 1, job
+        body = "".join(json.dumps(b) + "\n" for b in BOOKS[:1])
         r = client.post(
             "/admin/reindex",
-            files={"catalog": ("b.jsonl", "".join(json.dumps(b) + "\n" for b in BOOKS[1:]))},
+            files={"catalog": ("c.jsonl", body)},
             data={"allow_mass_delete": "true"},
             headers=AUTH,
         )
         job = _wait_job(client, r.json()["id"])
-        assert job["state"] == "succeeded" and job["report"]["removed"] == 1, job
+        assert job["state"] == "succeeded" and job["report"]["removed"] == 29, job
