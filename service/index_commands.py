@@ -119,6 +119,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     options = ("database_url", "batch_size", "engine", "ray_address", "ray_workers")
     settings = IndexSettings(**overrides(args, options))
     engine = db.create_db_engine(settings.database_url)
+    if engine.dialect.name != "sqlite":  # a server that does not answer: say so before the model
+        with engine.connect():
+            pass
     try:
         with no_lock_file_left(settings.database_url):
             report = _index(args, settings, engine)
