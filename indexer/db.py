@@ -101,6 +101,60 @@ def _file_identity(path: Path) -> tuple[int, int, bool] | None:
     return st.st_dev, st.st_ino, st.st_size >= _SQLITE_HEADER_BYTES
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def check_sqlite_file(engine: Engine) -> None:
+    """Raise `DatabaseGoneError` unless `engine`'s SQLite file begins with SQLite's header now.
+
+    The checkout check (`_file_identity`) sees a file truncated to under 100 bytes, but not
+    one that grew again (a checkpoint writing its few pages back, any writer) nor one
+    overwritten in place, while pooled connections go on answering from their page cache. So
+    readiness reads the header itself, through a descriptor SQLite already holds on the file
+    (found in /proc/self/fd; `os.pread` moves no offset), never by opening the file: closing
+    any descriptor of it would drop SQLite's POSIX locks (see `_file_identity`). Where there
+    is no /proc, or no descriptor open yet, the file's size decides, as at checkout."""
+    file = engine.url.database
+    if engine.dialect.name != "sqlite" or not file or file == ":memory:":
+        return
+    path = Path(file).resolve()
+    header = _header_through_sqlite(path)
+    if header is None:
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            raise DatabaseGoneError(f"the SQLite database {path} is gone (deleted)") from None
+        if size >= _SQLITE_HEADER_BYTES:
+            return
+        header = b""
+    if header != _SQLITE_MAGIC:
+        what = "is empty (truncated)" if not header else "does not begin with SQLite's header"
+        raise DatabaseGoneError(
+            f"the SQLite database {path} {what}: it is no longer a database (truncated or "
+            "overwritten); restore it, or index the catalog again"
+        )
+
+
+def _header_through_sqlite(path: Path) -> bytes | None:
+    """The first 16 bytes of `path`, read through a descriptor this process holds on it."""
+    try:
+        fds = os.listdir("/proc/self/fd")
+        st = os.stat(path)
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != str(path):
+                continue
+            header = os.pread(int(fd), len(_SQLITE_MAGIC), 0)
+            same = os.fstat(int(fd))  # still that file (a descriptor number can be reused)
+        except (OSError, ValueError):
+            continue
+        if (same.st_dev, same.st_ino) == (st.st_dev, st.st_ino):
+            return header
+    return None
+
+
 def _script_location() -> str:
     spec = importlib.util.find_spec("migrations")
     if spec is None or not spec.submodule_search_locations:
