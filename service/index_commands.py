@@ -174,7 +174,7 @@ def _index(args: argparse.Namespace, settings: IndexSettings, engine: Engine) ->
             path=args.path,
             skip_invalid=args.skip_invalid,
             keep_missing=args.keep_missing,
-            allow_mass_delete=args.allow_mass_delete,
+            allow_mass_delete=getattr(args, "allow_mass_delete", False),  # demo: none
             progress=pipeline.Progress(bar.update if bar else _log_progress),
             embedder=embedder,
         )
