@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from models.text import normalize_id
+
 MAX_ID_CHARS = 256
 MAX_LANGUAGE_CHARS = 64  # the column is VARCHAR(64)
 MAX_ROW_BYTES = 1024 * 1024  # a catalog row's default limit (ATTEND_MAX_ROW_BYTES)
@@ -394,7 +396,7 @@ def _parse(raw: dict[str, Any], line: int) -> CatalogRecord:
         raise _RowError("missing 'id'")
     if not isinstance(book_id, str):
         raise _RowError(f"'id' must be a string, got {_kind(book_id)}")
-    book_id = book_id.strip()
+    book_id = normalize_id(book_id).strip()  # as looked up: NFC, no invisible characters
     if not book_id:
         raise _RowError("'id' is empty")
     if not is_valid_id(book_id):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, exc
+from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
 
 logger = logging.getLogger(__name__)
@@ -99,6 +101,60 @@ def _file_identity(path: Path) -> tuple[int, int, bool] | None:
     return st.st_dev, st.st_ino, st.st_size >= _SQLITE_HEADER_BYTES
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def check_sqlite_file(engine: Engine) -> None:
+    """Raise `DatabaseGoneError` unless `engine`'s SQLite file begins with SQLite's header now.
+
+    The checkout check (`_file_identity`) sees a file truncated to under 100 bytes, but not
+    one that grew again (a checkpoint writing its few pages back, any writer) nor one
+    overwritten in place, while pooled connections go on answering from their page cache. So
+    readiness reads the header itself, through a descriptor SQLite already holds on the file
+    (found in /proc/self/fd; `os.pread` moves no offset), never by opening the file: closing
+    any descriptor of it would drop SQLite's POSIX locks (see `_file_identity`). Where there
+    is no /proc, or no descriptor open yet, the file's size decides, as at checkout."""
+    file = engine.url.database
+    if engine.dialect.name != "sqlite" or not file or file == ":memory:":
+        return
+    path = Path(file).resolve()
+    header = _header_through_sqlite(path)
+    if header is None:
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            raise DatabaseGoneError(f"the SQLite database {path} is gone (deleted)") from None
+        if size >= _SQLITE_HEADER_BYTES:
+            return
+        header = b""
+    if header != _SQLITE_MAGIC:
+        what = "is empty (truncated)" if not header else "does not begin with SQLite's header"
+        raise DatabaseGoneError(
+            f"the SQLite database {path} {what}: it is no longer a database (truncated or "
+            "overwritten); restore it, or index the catalog again"
+        )
+
+
+def _header_through_sqlite(path: Path) -> bytes | None:
+    """The first 16 bytes of `path`, read through a descriptor this process holds on it."""
+    try:
+        fds = os.listdir("/proc/self/fd")
+        st = os.stat(path)
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != str(path):
+                continue
+            header = os.pread(int(fd), len(_SQLITE_MAGIC), 0)
+            same = os.fstat(int(fd))  # still that file (a descriptor number can be reused)
+        except (OSError, ValueError):
+            continue
+        if (same.st_dev, same.st_ino) == (st.st_dev, st.st_ino):
+            return header
+    return None
+
+
 def _script_location() -> str:
     spec = importlib.util.find_spec("migrations")
     if spec is None or not spec.submodule_search_locations:
@@ -124,10 +180,42 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
+@contextlib.contextmanager
+def migration_transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection in one transaction that holds DDL too: committed whole or not at all.
+
+    PostgreSQL's DDL is transactional as it is. Python's sqlite3 is not, by default: it opens a
+    transaction only before DML, so the CREATE TABLEs a migration issues first were committed
+    one by one, and a migration killed midway left its tables with `alembic_version` unchanged
+    (every later upgrade: "table generations already exists"). Here, as in SQLAlchemy's
+    pysqlite recipe, the driver's own transaction handling is off (`isolation_level = None`)
+    and the transaction is begun explicitly: BEGIN IMMEDIATE, so the migration holds the write
+    lock from its first statement. The pooled connection gets the driver's default back."""
+    with engine.connect() as conn:
+        if conn.dialect.name != "sqlite":
+            with conn.begin():
+                yield conn
+            return
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None
+        default = dbapi.isolation_level
+        dbapi.isolation_level = None
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")  # SQLAlchemy's autobegin: a no-op here
+            try:
+                yield conn
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+        finally:
+            dbapi.isolation_level = default
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply migrations up to `revision` (Alembic's `upgrade`)."""
+    """Apply migrations up to `revision` (Alembic's `upgrade`), in one transaction."""
     cfg = alembic_config(engine)
-    with engine.begin() as conn:
+    with migration_transaction(engine) as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
     logger.info(
@@ -137,7 +225,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
 def downgrade(engine: Engine, revision: str) -> None:
     cfg = alembic_config(engine)
-    with engine.begin() as conn:
+    with migration_transaction(engine) as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
 

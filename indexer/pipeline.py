@@ -21,7 +21,7 @@ from itertools import islice
 from pathlib import Path
 
 import numpy as np
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -29,13 +29,35 @@ from indexer import batches, generations, store
 from indexer.batches import FIELDS, VALUE_FIELD, BatchPlan, field_texts
 from indexer.catalog import CatalogError, CatalogRecord, CatalogSnapshot, InvalidRow
 from indexer.db import ensure_schema
-from indexer.schema import BUILDING, Generation
+from indexer.schema import BUILDING, Book, Generation
 from indexer.settings import IndexSettings
 from models.encoder import Encoder
+from models.text import normalize_id
 
-__all__ = ["FIELDS", "VALUE_FIELD", "Embedder", "IndexReport", "Progress", "field_texts", "run"]
+__all__ = [
+    "FIELDS",
+    "VALUE_FIELD",
+    "Embedder",
+    "IndexReport",
+    "Progress",
+    "SnapshotRefusedError",
+    "field_texts",
+    "run",
+]
 
 logger = logging.getLogger(__name__)
+
+
+FEW_REMOVALS = 10  # a snapshot may always remove this many books: a mistake that small is cheap
+
+
+class SnapshotRefusedError(CatalogError):
+    """A catalog that, as a snapshot, would empty the index or remove most of it: a truncated
+    file, a header-only CSV or a file of the wrong format does that by mistake, so the run
+    refuses before writing anything (rsync's --max-delete, in the same spirit)."""
+
+    def __init__(self, message: str):
+        super().__init__([], message)
 
 
 @dataclass
@@ -154,12 +176,16 @@ def run(
     path: str | Path | CatalogSnapshot,
     skip_invalid: bool = False,
     keep_missing: bool = False,
+    allow_mass_delete: bool = False,
     progress: Progress | None = None,
     embedder: Embedder | None = None,
 ) -> IndexReport:
     """Index the catalog at `path` as the next generation. Nothing is written when it has a bad
     row, unless `skip_invalid`. Raises `generations.IndexBusyError` if another writer runs.
     `embedder` replaces `encoder` for the embedding (`encoder` still names the model).
+    Raises `SnapshotRefusedError`, writing nothing, for a catalog with no valid row, and for
+    one that would remove more than `settings.max_delete_fraction` of the active books, unless
+    `allow_mass_delete` (or `keep_missing`, which removes nothing).
 
     The file is read once, into a private snapshot that is validated and then indexed: a
     catalog rewritten during the run cannot slip an unvalidated row in. A snapshot given
@@ -179,9 +205,13 @@ def run(
             raise CatalogError(rejected)
         for row in rejected:
             logger.warning("skipped %s", row)
+        if total == 0:
+            raise SnapshotRefusedError(_empty_message(path, rejected))
         ensure_schema(engine, create_if_new=True)
         report = IndexReport(path=str(path), books=total, rejected=rejected)
         with generations.writer_lock(engine):
+            if not keep_missing and not allow_mass_delete:
+                _check_removals(settings, engine, catalog)
             _build(
                 settings,
                 engine,
@@ -215,6 +245,41 @@ def run(
         report.generation,
     )
     return report
+
+
+def _empty_message(path: str | Path, rejected: list[InvalidRow]) -> str:
+    why = (
+        f"all {len(rejected)} of its rows were rejected (the first: {rejected[0]})"
+        if rejected
+        else "it is empty, or a CSV with a header only"
+    )
+    return (
+        f"{path} holds no valid book: {why}. As a snapshot it would remove every book of the "
+        "index, so nothing was written; check that it is the catalog you meant (its format "
+        "must match its .jsonl or .csv suffix, uncompressed), or remove books with "
+        "`attend delete ID …`"
+    )
+
+
+def _check_removals(settings: IndexSettings, engine: Engine, catalog: CatalogSnapshot) -> None:
+    """Refuse a snapshot that removes more than `max_delete_fraction` of the active books."""
+    with Session(engine) as session:
+        active = store.active_generation_id(session=session)
+        if active is None:
+            return
+        indexed = set(session.scalars(select(Book.id).where(store.visible_at(active))))
+    if not indexed:
+        return
+    kept = sum(1 for record in _valid(catalog) if record.id in indexed)
+    removed = len(indexed) - kept
+    if removed > max(settings.max_delete_fraction * len(indexed), FEW_REMOVALS):
+        raise SnapshotRefusedError(
+            f"{catalog.name} would remove {removed} of the index's {len(indexed)} books "
+            f"(it holds {kept} of them), more than ATTEND_MAX_DELETE_FRACTION="
+            f"{settings.max_delete_fraction:g} allows; nothing was written. If that is what "
+            "you mean, run it again with --allow-mass-delete (admin API: "
+            '"allow_mass_delete": true), or with --keep-missing to keep them'
+        )
 
 
 def _build(
@@ -337,6 +402,7 @@ class DeleteReport:
 def delete_books(*, engine: Engine, book_ids: Sequence[str]) -> DeleteReport:
     """Remove books from the index: a new generation without them, activated at once."""
     ensure_schema(engine, create_if_new=False)
+    book_ids = [normalize_id(b) for b in book_ids]  # as the catalog's were indexed
     with generations.writer_lock(engine), Session(engine) as session, session.begin():
         active = store.active_generation(session=session)
         if active is None:

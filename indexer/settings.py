@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from indexer.catalog import MAX_ROW_BYTES
-from models.encoder import DEFAULT_MODEL, DEFAULT_ONNX_CACHE_DIR
+from models.encoder import DEFAULT_MODEL, DEFAULT_ONNX_CACHE_DIR, resolve_model
 
 EncoderBackend = Literal["auto", "torch", "onnx"]
 Engine = Literal["local", "ray"]
@@ -49,6 +52,84 @@ class StoreSettings(BaseSettings):
         "exported again by itself.",
     )
 
+    # Checked here, when a command starts, before the model loads: each bad value is one
+    # sentence naming its variable (service/cli.py), not a traceback minutes later.
+    @field_validator("database_url")
+    @classmethod
+    def _a_database_url(cls, url: str) -> str:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        try:
+            make_url(url).get_dialect()
+        except (ArgumentError, NoSuchModuleError, ValueError):
+            raise ValueError(
+                "is not a database URL Attend can use: write sqlite:///PATH or "
+                "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE"
+            ) from None
+        return url
+
+    @field_validator("device")
+    @classmethod
+    def _a_device(cls, device: str) -> str:
+        if re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device.strip().lower()):
+            return device.strip().lower()
+        raise ValueError("must be auto, cpu, cuda or cuda:N")
+
+    def check_machine(self) -> None:
+        """What depends on this machine, not on the value alone: the GPU, the model's folder,
+        the onnx backend's export folder. `SettingError` names the first one wrong. Checked by
+        `attend` before a command loads the model (not when settings are made: a compose
+        file's ATTEND_DEVICE=cuda is valid on a machine without a GPU)."""
+        device = self.device
+        on_ray = getattr(self, "engine", "local") == "ray"  # the device is the workers' there
+        if device.startswith("cuda") and not on_ray:
+            import torch
+
+            if not torch.cuda.is_available():
+                raise SettingError(
+                    f"ATTEND_DEVICE={device} but torch sees no CUDA GPU on this machine: set it "
+                    "to auto or cpu"
+                )
+        if not (Path(resolve_model(self.model)).expanduser().is_dir() or _in_hf_cache(self.model)):
+            raise SettingError(
+                f"ATTEND_MODEL={self.model} is neither the packaged {DEFAULT_MODEL}, nor a folder "
+                "here, nor a model in the local Hugging Face cache (Attend downloads nothing): "
+                "give the folder of a sentence-transformers model, or unset it"
+            )
+        onnx = self.encoder_backend != "torch" and not device.startswith("cuda")
+        if onnx and not _writable_folder(Path(self.onnx_cache_dir).expanduser()):
+            raise SettingError(
+                f"ATTEND_ONNX_CACHE_DIR={self.onnx_cache_dir} is not a folder Attend can write to "
+                "(the onnx backend exports the model there): point it at one, or set "
+                "ATTEND_ENCODER_BACKEND=torch"
+            )
+
+
+class SettingError(ValueError):
+    """A setting this machine cannot honour (`StoreSettings.check_machine`)."""
+
+
+def _in_hf_cache(name: str) -> bool:
+    """Whether the local Hugging Face cache holds model `name` (looked up offline)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(name, "config.json")
+    except Exception:  # not a repository id at all
+        return False
+    return isinstance(found, str)
+
+
+def _writable_folder(path: Path) -> bool:
+    """Whether `path` is, or could be made as, a folder this process can write to."""
+    if path.exists():
+        return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    return parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
+
 
 class RaySettings(BaseSettings):
     """For `--engine ray`, which both `attend index` and `attend serve` have."""
@@ -80,6 +161,14 @@ class IndexSettings(StoreSettings, RaySettings):
         le=1024**3,
         description="Longest catalog row read (a JSONL line, a CSV record): a longer one is "
         "rejected with its line number, so memory stays bounded per row whatever the file.",
+    )
+    max_delete_fraction: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="The largest share of the index's books one `attend index` (or admin "
+        "re-index) may remove as a snapshot (10 books always may); a catalog that would remove "
+        "more is refused, writing nothing, unless --allow-mass-delete. 1 turns the check off.",
     )
     ray_workers: int = Field(
         0,

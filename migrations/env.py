@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from indexer.db import create_db_engine
+from indexer.db import create_db_engine, migration_transaction
 from indexer.schema import Base
 from indexer.settings import StoreSettings
 
@@ -30,7 +30,7 @@ def run_migrations_online() -> None:
         return
     url = config.get_main_option("sqlalchemy.url") or StoreSettings().database_url
     engine = create_db_engine(url)
-    with engine.begin() as conn:
+    with migration_transaction(engine) as conn:  # DDL in the transaction, SQLite's too
         _run(conn)
     engine.dispose()
 

@@ -19,6 +19,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from service.index_commands import (
     NoIndexError,
@@ -27,6 +28,7 @@ from service.index_commands import (
     cmd_delete,
     cmd_index,
     database_url_of,
+    overrides,
     sqlite_file,
 )
 from service.serve_commands import cmd_demo, cmd_search, cmd_serve
@@ -104,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep indexed books the catalog lacks (default: the catalog is a snapshot and "
         "they are removed)",
+    )
+    p.add_argument(
+        "--allow-mass-delete",
+        action="store_true",
+        help="index a catalog that removes more than ATTEND_MAX_DELETE_FRACTION (default 0.5) "
+        "of the indexed books (default: such a catalog, and one with no valid row, is refused "
+        "and nothing is written)",
     )
     p.add_argument(
         "--engine", choices=["local", "ray"], help="local: this process (default); ray: Ray Data"
@@ -192,10 +201,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # parsed first: what follows imports SQLAlchemy, pydantic and, through indexer.settings,
     # torch
     from pydantic import ValidationError
+    from sqlalchemy.exc import InterfaceError, OperationalError
 
     from indexer import db
     from indexer.catalog import CatalogError
     from indexer.generations import IndexBusyError
+    from indexer.settings import SettingError
     from service.engine.exceptions import IndexEmptyError
     from service.logs import cli_level, configure_logging
 
@@ -203,11 +214,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     new_file = _new_sqlite_file(args)
     status: int | None = None  # None: interrupted, or an error with its traceback
     try:
+        _check_machine(args)
         status = int(args.func(args))
+    except ValidationError as e:
+        for line in invalid_values(e):
+            sys.stderr.write(f"attend {args.command}: {line}\n")
+        status = 2
+    except (OperationalError, InterfaceError) as e:
+        sys.stderr.write(f"attend {args.command}: {unreachable(args, e)}\n")
+        status = 2
     except (
         db.SchemaError,
+        SettingError,
         CatalogError,
-        ValidationError,
         IndexEmptyError,
         RayMissingError,
         NoIndexError,
@@ -222,6 +241,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         if status is not None and status != 0 and new_file is not None:
             _remove_if_empty(new_file)
     return status
+
+
+def _check_machine(args: argparse.Namespace) -> None:
+    """Settings and what they need of this machine (a GPU, the model's folder), checked before
+    a command that loads the model does: a bad one is a line on stderr, not a traceback later."""
+    if args.command not in ("index", "serve", "demo", "search"):
+        return
+    from indexer.settings import IndexSettings
+    from service.settings import ServiceSettings
+
+    kind = IndexSettings if args.command == "index" else ServiceSettings
+    kind(**overrides(args, ("database_url", "engine"))).check_machine()
+
+
+def invalid_values(e: Any) -> list[str]:
+    """A pydantic ValidationError as one sentence per bad value, naming it: a setting by its
+    ATTEND_* variable (the value itself is not repeated: it may be a password or a token)."""
+    settings = str(getattr(e, "title", "")).endswith("Settings")
+    lines = []
+    for error in e.errors():
+        field = ".".join(str(part) for part in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        name = f"ATTEND_{field.upper()}" if settings and field else field
+        lines.append(message if not name or message.startswith(name) else f"{name}: {message}")
+    return lines
+
+
+def unreachable(args: argparse.Namespace, e: Exception) -> str:
+    """A database that does not answer, in one sentence."""
+    from service.index_commands import shown
+
+    reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+    return (
+        f"cannot reach the database at {shown(database_url_of(args))} ({reason}): check that it "
+        "runs, and ATTEND_DATABASE_URL or --database-url"
+    )
 
 
 def _new_sqlite_file(args: argparse.Namespace) -> Path | None:

@@ -119,6 +119,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     options = ("database_url", "batch_size", "engine", "ray_address", "ray_workers")
     settings = IndexSettings(**overrides(args, options))
     engine = db.create_db_engine(settings.database_url)
+    if engine.dialect.name != "sqlite":  # a server that does not answer: say so before the model
+        with engine.connect():
+            pass
     try:
         with no_lock_file_left(settings.database_url):
             report = _index(args, settings, engine)
@@ -171,6 +174,7 @@ def _index(args: argparse.Namespace, settings: IndexSettings, engine: Engine) ->
             path=args.path,
             skip_invalid=args.skip_invalid,
             keep_missing=args.keep_missing,
+            allow_mass_delete=getattr(args, "allow_mass_delete", False),  # demo: none
             progress=pipeline.Progress(bar.update if bar else _log_progress),
             embedder=embedder,
         )

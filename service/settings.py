@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from indexer.settings import Engine, RaySettings, StoreSettings
 from service.engine.head_weights import BookHeads, HeadScales, parse_heads, parse_scales
+
+MIN_CHUNK = 64
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class ServiceSettings(StoreSettings, RaySettings):
@@ -65,8 +69,11 @@ class ServiceSettings(StoreSettings, RaySettings):
     )
     chunk_size: int | None = Field(
         None,
-        ge=1,
-        description="Keys per chunk of the attention core (memory is O(B·chunk)); unset: "
+        ge=MIN_CHUNK,
+        le=1 << 30,
+        description=f"Keys per chunk of the attention core, at least {MIN_CHUNK} (each chunk "
+        "costs a few operations per head: 1 made a search of 180 books take 3.5 s); memory is "
+        "O(B·chunk). Unset: "
         "sized per batch so a chunk's logits take at most 64 MiB on the CPU and 1 GiB on a GPU "
         "(models.attention.chunk_for).",
     )
@@ -100,7 +107,10 @@ class ServiceSettings(StoreSettings, RaySettings):
         "(service/engine/batching.py).",
     )
     query_cache_size: int = Field(
-        4096, ge=1, description="Query embeddings kept (LRU): a repeated query skips the encoder."
+        4096,
+        ge=1,
+        le=10_000_000,
+        description="Query embeddings kept (LRU): a repeated query skips the encoder.",
     )
     max_body_bytes: int = Field(
         1_048_576,
@@ -148,14 +158,17 @@ class ServiceSettings(StoreSettings, RaySettings):
         description="Most client connections open at once; past it a new one is closed as soon "
         "as it is accepted. The file limit is raised to fit, or this lowered to fit it.",
     )
-    log_level: str = Field("INFO", description="Python logging level.")
+    log_level: str = Field(
+        "INFO", description=f"Python logging level: {', '.join(_LOG_LEVELS)} (any case)."
+    )
     log_json: bool = Field(
         False, description="`attend serve` logs one JSON object a line instead of plain text."
     )
-    cors_origins: list[str] = Field(
+    cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Origins allowed to call the API from a browser, as a JSON list "
-        '(["https://a.example"], or ["*"]). Empty, the default: no CORS headers at all.',
+        description="Origins allowed to call the API from a browser: comma-separated "
+        '(https://a.example,https://b.example, or *) or a JSON list (["https://a.example"]). '
+        "Empty, the default: no CORS headers at all.",
     )
     engine: Engine = Field(
         "local",
@@ -172,6 +185,40 @@ class ServiceSettings(StoreSettings, RaySettings):
     shard_replicas: int = Field(
         1, ge=1, le=1024, description="With the ray engine: replicas of every shard, for load."
     )
+
+    @field_validator("log_level")
+    @classmethod
+    def _a_log_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in _LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(_LOG_LEVELS)}")
+        return level
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: Any) -> Any:
+        """A plain value is comma-separated origins; one starting with `[` a JSON list."""
+        if not isinstance(value, str):
+            return value
+        if value.lstrip().startswith("["):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError:
+                raise ValueError(
+                    'is not a JSON list: write ["https://a.example"] or https://a.example'
+                ) from None
+        return [origin.strip() for origin in value.split(",") if origin.strip()]
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _an_origin_each(cls, origins: list[str]) -> list[str]:
+        for origin in origins:
+            if origin != "*" and not origin.startswith(("http://", "https://")):
+                raise ValueError(
+                    f"{origin!r} is not an origin: write scheme://host[:port], such as "
+                    "https://a.example, or *"
+                )
+        return origins
 
     @field_validator("heads", "similar_heads")
     @classmethod

@@ -11,7 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from conftest import serve_books
+from conftest import FakeEncoder, index_books, serve_books
+from service.api.main import create_app
+from service.settings import ServiceSettings
 
 BOOKS = [
     {"id": "dune", "title": "Dune", "description": "desert planet spice empire sandworms"},
@@ -26,7 +28,9 @@ BOOKS = [
 
 @pytest.fixture
 def client(engine: Engine, tmp_path: Path) -> Iterator[TestClient]:
-    with serve_books(engine, tmp_path, BOOKS, chunk_size=3) as c:
+    settings = ServiceSettings(database_url=index_books(engine, tmp_path, BOOKS), device="cpu")
+    settings.chunk_size = 3  # under the bound (64), to stream this small catalog in chunks
+    with TestClient(create_app(settings, encoder=FakeEncoder())) as c:
         yield c
 
 

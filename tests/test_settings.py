@@ -51,7 +51,8 @@ def test_defaults_are_safe(workdir: Path) -> None:
     [
         ("ATTEND_MAX_BATCH", "0"),
         ("ATTEND_MAX_BODY_BYTES", "lots"),
-        ("ATTEND_CORS_ORIGINS", "https://not-a-json-list.example"),
+        ("ATTEND_CORS_ORIGINS", "not-an-origin.example"),
+        ("ATTEND_CORS_ORIGINS", '["https://a.example"'),
         ("ATTEND_LOG_JSON", "perhaps"),
         ("ATTEND_HEADS", "title:0"),
         ("ATTEND_SIMILAR_HEADS", "writer:1"),

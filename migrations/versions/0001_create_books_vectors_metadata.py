@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from migrations.leftovers import drop_empty_leftovers
+
 revision: str = "0001"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
@@ -17,6 +19,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    drop_empty_leftovers("index_metadata", "book_vectors", "books")
     op.create_table(
         "books",
         sa.Column("id", sa.String(256), primary_key=True),

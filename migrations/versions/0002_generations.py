@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
+from migrations.leftovers import drop_empty_leftovers
+
 revision: str = "0002"
 down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
@@ -98,6 +100,7 @@ _links = sa.table(
 
 
 def upgrade() -> None:
+    drop_empty_leftovers("version_vectors", "vectors", "book_versions", "generations")
     op.create_table(
         "generations",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from models.text import normalize_id
 from service.api.search_schemas import (
     MAX_K,
     BookFieldsOut,
@@ -20,7 +21,7 @@ from service.engine.head_weights import HEADS
 from service.engine.results import Recommendations, SimilarBooks
 
 MAX_LIKED = 100
-BookId = Annotated[str, Field(min_length=1, max_length=256)]
+BookId = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(normalize_id)]
 
 
 class BookOut(BaseModel):

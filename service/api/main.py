@@ -22,6 +22,7 @@ from fastapi_offline import FastAPIOffline
 from indexer.db import create_db_engine, ensure_schema
 from indexer.pipeline import ProgressSnapshot
 from models.encoder import Encoder
+from service.api.book_paths import EncodedSlashes
 from service.api.error_handlers import install_error_handlers
 from service.api.guards import BodySizeLimit, Utf8Url
 from service.api.metrics import GaugeReader, Metrics
@@ -52,6 +53,7 @@ def add_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics) ->
         max_bytes=settings.max_body_bytes,
         prefix_limits={"/admin/": settings.max_upload_bytes},
     )
+    app.add_middleware(EncodedSlashes)  # inside Utf8Url: the raw path is UTF-8 by then
     app.add_middleware(Utf8Url)
     if settings.cors_origins:
         app.add_middleware(

@@ -34,6 +34,11 @@ class ReindexRequest(BaseModel):
     skip_invalid: bool = Field(
         False, description="Index the valid rows of a catalog with bad ones (default: refuse)."
     )
+    allow_mass_delete: bool = Field(
+        False,
+        description="Index a catalog that removes more than ATTEND_MAX_DELETE_FRACTION "
+        "(default 0.5) of the indexed books (default: the job fails and nothing is written).",
+    )
 
 
 class JobProgress(BaseModel):

@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from starlette.responses import Response
 
 from indexer.book_columns import BookFields
+from models.text import normalize_text
 from service.engine.filters import Filters
 from service.engine.head_weights import HEADS, MAX_HEADS_CHARS, parse_heads
 from service.engine.results import HeadsUsed, SearchResult
@@ -26,9 +27,14 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 def _clean_query(text: str) -> str:
-    text = text.strip()
-    if not text:
+    if not text.strip():
         raise ValueError("the query is empty")
+    text = normalize_text(text).strip()  # as the books' terms are: NFKC, no invisible characters
+    if not text:
+        raise ValueError(
+            "the query holds only invisible characters (zero-width or format characters, "
+            "combining marks): type the words to search for"
+        )
     if _CONTROL.search(text):
         raise ValueError("the query contains control characters")
     return text

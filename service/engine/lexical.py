@@ -30,6 +30,8 @@ import numpy as np
 import Stemmer
 from bm25s.tokenization import Tokenizer
 
+from models.text import normalize_text
+
 logger = logging.getLogger(__name__)
 
 TOPIC_TERMS = 25  # a book's topic terms: enough for a blurb's subject, few enough to stay on it
@@ -49,7 +51,9 @@ class LexicalIndex:
         each book's topic terms are picked from."""
         t0 = time.perf_counter()
         tokenizer = Tokenizer(stopwords="en", stemmer=Stemmer.Stemmer("english"))
-        tokens = tokenizer.tokenize(list(documents), return_as="string", show_progress=False)
+        tokens = tokenizer.tokenize(
+            [normalize_text(d) for d in documents], return_as="string", show_progress=False
+        )
         self._bm25 = bm25s.BM25()
         self.size = len(documents)
         if self.size:
@@ -77,7 +81,7 @@ class LexicalIndex:
     def terms(self, query: str) -> list[str]:
         """The query's stemmed terms that occur in the catalog (stop words and unknown words
         dropped)."""
-        words = [w for w in self._split(query.lower()) if w not in self._stopwords]
+        words = [w for w in self._split(normalize_text(query).lower()) if w not in self._stopwords]
         with self._lock:
             stems: list[str] = self._stemmer.stemWords(words)
         return [s for s in stems if s in self._vocab]

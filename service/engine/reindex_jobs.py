@@ -35,6 +35,7 @@ class Job:
     keep_missing: bool
     skip_invalid: bool
     cleanup: bool  # delete or close `path` afterwards (an upload)
+    allow_mass_delete: bool = False
     state: str = QUEUED
     progress: Progress = field(default_factory=Progress)
     report: IndexReport | None = None
@@ -72,6 +73,7 @@ class ReindexJobs:
         keep_missing: bool,
         skip_invalid: bool,
         cleanup: bool,
+        allow_mass_delete: bool = False,
     ) -> Job:
         """Start a job, or raise `JobRunningError` while one runs."""
         with self._lock:
@@ -80,7 +82,15 @@ class ReindexJobs:
                 if cleanup:
                     _discard(path)
                 raise JobRunningError(running.id)
-            job = Job(uuid.uuid4().hex, catalog, path, keep_missing, skip_invalid, cleanup)
+            job = Job(
+                uuid.uuid4().hex,
+                catalog,
+                path,
+                keep_missing,
+                skip_invalid,
+                cleanup,
+                allow_mass_delete=allow_mass_delete,
+            )
             self._jobs[job.id] = job
             while len(self._jobs) > _KEPT:
                 self._jobs.popitem(last=False)
@@ -117,6 +127,7 @@ class ReindexJobs:
                 path=job.path,
                 skip_invalid=job.skip_invalid,
                 keep_missing=job.keep_missing,
+                allow_mass_delete=job.allow_mass_delete,
                 progress=job.progress,
             )
         except Exception as e:

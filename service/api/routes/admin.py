@@ -33,6 +33,7 @@ _UPLOAD_BODY = {
                     "catalog": {"type": "string", "format": "binary"},
                     "keep_missing": {"type": "boolean"},
                     "skip_invalid": {"type": "boolean"},
+                    "allow_mass_delete": {"type": "boolean"},
                 },
             }
         },
@@ -50,12 +51,13 @@ _UPLOAD_BODY = {
 async def reindex(request: Request, response: Response, jobs: JobsDep) -> JobOut:
     """Re-index from a catalog path on the server (JSON) or an uploaded file (multipart)."""
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        snapshot, name, keep_missing, skip_invalid = await _save_upload(request, jobs)
+        snapshot, name, flags = await _save_upload(request, jobs)
         job = jobs.submit(
             snapshot,
             catalog=name,
-            keep_missing=keep_missing,
-            skip_invalid=skip_invalid,
+            keep_missing=flags["keep_missing"],
+            skip_invalid=flags["skip_invalid"],
+            allow_mass_delete=flags["allow_mass_delete"],
             cleanup=True,
         )
     else:
@@ -74,6 +76,7 @@ async def reindex(request: Request, response: Response, jobs: JobsDep) -> JobOut
             catalog=body.catalog,
             keep_missing=body.keep_missing,
             skip_invalid=body.skip_invalid,
+            allow_mass_delete=body.allow_mass_delete,
             cleanup=False,
         )
     response.headers["Location"] = f"/admin/jobs/{job.id}"
@@ -89,11 +92,14 @@ def get_job(job_id: str, jobs: JobsDep) -> JobOut:
     return job_out(job)
 
 
+_FLAGS = ("keep_missing", "skip_invalid", "allow_mass_delete")
+
+
 async def _save_upload(
     request: Request, jobs: ReindexJobs
-) -> tuple[CatalogSnapshot, str, bool, bool]:
+) -> tuple[CatalogSnapshot, str, dict[str, bool]]:
     """The uploaded catalog as a snapshot (an anonymous temporary file, which no crash leaves
-    behind), its name, keep_missing, skip_invalid."""
+    behind), its name, and the flags of _FLAGS given as form fields."""
     async with request.form() as form:
         upload = form.get("catalog")
         if not isinstance(upload, UploadFile):
@@ -119,7 +125,7 @@ async def _save_upload(
             return str(form.get(name, "false")).lower() in ("1", "true", "yes", "on")
 
         snapshot = await run_in_threadpool(save)
-        return snapshot, name, flag("keep_missing"), flag("skip_invalid")
+        return snapshot, name, {f: flag(f) for f in _FLAGS}
 
 
 def _reason(loc: tuple[int | str, ...], msg: str) -> str:

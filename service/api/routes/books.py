@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from sqlalchemy.exc import SQLAlchemyError
 
 from indexer import db, store
+from service.api.book_paths import BOOK
 from service.api.book_schemas import BookOut
 from service.api.deps import IndexDep, SessionDep
 from service.engine.exceptions import BookNotFoundError, NotReadyError
@@ -33,7 +34,7 @@ def database_answers() -> Iterator[None]:
 
 
 @router.get(
-    "/books/{book_id:path}",
+    BOOK,
     responses={404: {"description": "No book with this id."}, **DATABASE_DOWN},
 )
 def get_book(book_id: str, session: SessionDep, index: IndexDep) -> BookOut:

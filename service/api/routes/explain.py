@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from indexer import store
+from service.api.book_paths import BOOK
 from service.api.book_schemas import ExplainParams, ExplainResponse, explain_response
 from service.api.deps import ExplainerDep, SessionDep
 from service.api.routes.books import database_answers
@@ -16,7 +17,7 @@ router = APIRouter(tags=["books"])
 
 
 @router.get(
-    "/books/{book_id:path}/explain",
+    f"{BOOK}/explain",
     responses={
         404: {"description": "No book with this id."},
         503: {

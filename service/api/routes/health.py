@@ -43,6 +43,7 @@ def readyz(searcher: LoadedSearcherDep, engine: StartedEngineDep, watcher: Watch
     if len(searcher.index) == 0:
         raise NotReadyError("the index holds no books yet: run `attend index CATALOG` first")
     try:
+        db.check_sqlite_file(engine)  # a truncated file: pooled connections answer from cache
         revision, head = db.current_revision(engine), db.head_revision()
         if revision != head:  # a truncated or foreign file has no (or another) schema
             where = "has no Attend schema" if revision is None else f"is at revision {revision}"

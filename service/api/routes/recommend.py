@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from service.api.book_paths import BOOK
 from service.api.book_schemas import (
     RecommendRequest,
     RecommendResponse,
@@ -31,7 +32,7 @@ def _heads(settings: ServiceSettings, heads: str | None) -> BookHeads:
     return BookHeads(parse_heads(heads), default.scales) if heads else default
 
 
-@router.get("/books/{book_id:path}/similar", responses=_NOT_FOUND)
+@router.get(f"{BOOK}/similar", responses=_NOT_FOUND)
 def similar_books(
     book_id: str,
     params: Annotated[SimilarParams, Query()],
