@@ -8,7 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from indexer.catalog import MAX_ROW_BYTES
-from models.encoder import DEFAULT_MODEL, DEFAULT_ONNX_CACHE_DIR
+from models.defaults import DEFAULT_MODEL, DEFAULT_ONNX_CACHE_DIR
 
 EncoderBackend = Literal["auto", "torch", "onnx"]
 Engine = Literal["local", "ray"]
