@@ -92,7 +92,7 @@ def isbn_id(value: str) -> str:
 
 def derived_id(title: str, authors: list[str]) -> str:
     """A stable id from title and authors: a slug of the title and a hash of both, in which
-    case, accents and spacing do not count ("dune-1f3a9c0b2e")."""
+    case and spacing do not count ("dune-1f3a9c0b2e")."""
 
     def key(text: str) -> str:
         return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
