@@ -1,4 +1,4 @@
-"""Unit tests of the catalog reader (indexer/catalog.py), on real files in tmp_path."""
+"""Unit tests of the catalog reader (indexer/catalog/), on real files in tmp_path."""
 
 from __future__ import annotations
 

@@ -43,6 +43,7 @@ def _normal(name: str) -> str:
     return re.sub(r"[\s\-]+", "_", name.strip().lower())
 
 
+@lru_cache(maxsize=4096)
 def rank(name: str) -> int:
     """Where `name` stands among its field's names: the lowest rank is read, if it has a value."""
     return _RANK.get(_normal(name), 0)

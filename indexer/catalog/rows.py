@@ -91,7 +91,8 @@ def _pick(raw: dict[str, Any]) -> tuple[dict[str, tuple[str, Any]], dict[str, An
             candidates.setdefault(f, []).append(key)
     picked: dict[str, tuple[str, Any]] = {}
     for f, keys in candidates.items():
-        keys.sort(key=columns.rank)
+        if len(keys) > 1:
+            keys.sort(key=columns.rank)
         given = [k for k in keys if raw[k] is not None] or keys[:1]
         picked[f] = (given[0], raw[given[0]])
     used = {key for f, (key, _) in picked.items() if f != columns.ISBN}  # _id takes an ISBN

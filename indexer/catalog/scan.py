@@ -16,6 +16,7 @@ from indexer.catalog.records import CatalogHeaderError, CatalogRecord, InvalidRo
 from indexer.catalog.rows import ParsedRow, RowError, parse_row
 
 _SHORT_INT = re.compile(r"-?\d{1,20}")  # int() of 4,300 digits raises: parse_row names those
+_ESCAPED = re.compile("[\udc80-\udcff]")
 _SHOWN = 10  # metadata columns named in the notice
 
 
@@ -162,4 +163,5 @@ def _csv_row(names: list[str], kinds: list[str | None], cells: list[str]) -> dic
 
 
 def _has_surrogate(text: str) -> bool:
-    return any("\udc80" <= ch <= "\udcff" for ch in text)
+    """Whether decoding left an undecodable byte in `text` (surrogateescape's U+DC80-U+DCFF)."""
+    return _ESCAPED.search(text) is not None
