@@ -229,3 +229,31 @@ def test_a_catalog_record_keeps_its_json_kinds(tmp_path: Path) -> None:
     path.write_text(json.dumps({"id": 42, "title": "T", "tags": [1, "a"]}) + "\n", "utf-8")
     (book,) = _books(path)
     assert (book.id, book.extra) == ("42", {"tags": [1, "a"]})
+
+
+@pytest.mark.parametrize("sep", [";", "\t"])
+def test_a_semicolon_or_tab_separated_export_is_read_and_said_so(tmp_path: Path, sep: str) -> None:
+    """Excel writes `;` where the comma is the decimal sign; a header without a comma but with
+    `;` (or tabs) is read with it."""
+    path = tmp_path / "excel.csv"
+    lines = [["Title", "Author", "Year"], ["Good Omens", "Neil Gaiman, Terry Pratchett", "1990"]]
+    path.write_bytes(
+        b"\xef\xbb\xbf" + "".join(sep.join(cells) + "\r\n" for cells in lines).encode("utf-8")
+    )
+    (book,) = _books(path)
+    assert (book.title, book.authors, book.year) == (
+        "Good Omens",
+        ["Neil Gaiman", "Terry Pratchett"],
+        1990,
+    )
+    shown = "tab" if sep == "\t" else "';'"
+    assert _notices(path)[0] == f"{path}: read as {shown}-separated (the header has no comma)"
+
+
+def test_a_row_of_another_encoding_says_to_save_as_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "ansi.csv"
+    path.write_bytes("title,author\nCafé,Ann Smith\nDune,Frank Herbert\n".encode("cp1252"))
+    rows = _rows(path)
+    assert isinstance(rows[0], InvalidRow) and rows[0].line == 2
+    assert rows[0].reason == "invalid UTF-8 (save the file as UTF-8: Excel's 'CSV UTF-8')"
+    assert isinstance(rows[1], CatalogRecord) and rows[1].title == "Dune"

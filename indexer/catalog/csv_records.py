@@ -84,7 +84,23 @@ class _Record:
         return self.quotes % 2 == 1
 
 
-def csv_rows(f: IO[bytes], limit: int) -> Iterator[tuple[int, list[str] | str]]:
+def delimiter_of(f: IO[bytes], limit: int) -> str:
+    """`,`, or `;` or a tab when the first line has no comma but those: Excel writes `;` where
+    the comma is the decimal sign. The file is left where it was."""
+    start = f.tell()
+    first = f.readline(limit + 1)
+    f.seek(start)
+    if b"," in first:
+        return ","
+    semicolons, tabs = first.count(b";"), first.count(b"\t")
+    if semicolons or tabs:
+        return ";" if semicolons >= tabs else "\t"
+    return ","
+
+
+def csv_rows(
+    f: IO[bytes], limit: int, delimiter: str = ","
+) -> Iterator[tuple[int, list[str] | str]]:
     """(line, cells) for each record, the header first, or (line, why it cannot be read): the
     line is the record's first."""
     csv.field_size_limit(max(csv.field_size_limit(), limit))
@@ -94,7 +110,7 @@ def csv_rows(f: IO[bytes], limit: int) -> Iterator[tuple[int, list[str] | str]]:
         start = source.pos
         record = _Record(source, limit, bom=start == 0)
         try:
-            cells = next(csv.reader(record, strict=True), None)
+            cells = next(csv.reader(record, strict=True, delimiter=delimiter), None)
         except _TooLongError:
             more = _skip_rest(source, inside=record.open_quote, at_line_end=record.newlines > 0)
             if more is None:
@@ -117,7 +133,7 @@ def csv_rows(f: IO[bytes], limit: int) -> Iterator[tuple[int, list[str] | str]]:
                 line = _resume(source, start, line)
                 continue
             try:
-                cells = next(csv.reader(record.texts), None)
+                cells = next(csv.reader(record.texts, delimiter=delimiter), None)
             except csv.Error as lenient:
                 yield line, f"malformed CSV: {lenient}"
                 line += record.newlines

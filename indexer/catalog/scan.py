@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
 from indexer.catalog import columns
-from indexer.catalog.csv_records import csv_rows
+from indexer.catalog.csv_records import csv_rows, delimiter_of
 from indexer.catalog.jsonl_records import jsonl_rows
 from indexer.catalog.records import CatalogHeaderError, CatalogRecord, InvalidRow
 from indexer.catalog.rows import ParsedRow, RowError, parse_row
@@ -42,6 +42,7 @@ class CatalogScan:
         self._unnamed: list[int] = []
         self._derived: list[CatalogRecord] = []  # the first, and how many
         self._derived_count = 0
+        self._delimiter = ","
 
     def __iter__(self) -> Iterator[CatalogRecord | InvalidRow]:
         seen: dict[str, int] = {}
@@ -92,6 +93,9 @@ class CatalogScan:
         """One line for each: columns read as a field of another name, ids derived, columns
         kept as metadata, columns without a name."""
         out = []
+        if self._delimiter != ",":
+            shown = "tab" if self._delimiter == "\t" else repr(self._delimiter)
+            out.append(f"{self.name}: read as {shown}-separated (the header has no comma)")
         if self._read_as:
             read = ", ".join(f"{k!r} as {f}" for k, f in self._read_as.items())
             out.append(f"{self.name}: read {read}")
@@ -115,7 +119,8 @@ class CatalogScan:
         return out
 
     def _csv(self, f: IO[bytes], limit: int) -> Iterator[tuple[int, dict[str, Any] | str]]:
-        rows = csv_rows(f, limit)
+        self._delimiter = delimiter_of(f, limit)
+        rows = csv_rows(f, limit, self._delimiter)
         for line, cells in rows:
             if isinstance(cells, str):
                 self._header_error(line, f"CSV header cannot be read: {cells}")
@@ -144,7 +149,7 @@ def _csv_row(names: list[str], kinds: list[str | None], cells: list[str]) -> dic
     """A record's cells keyed by the header, or why they cannot be: an empty cell is no value
     (but an empty id is a missing one), a year of digits an integer."""
     if any(_has_surrogate(c) for c in cells):
-        return "invalid UTF-8"
+        return "invalid UTF-8 (save the file as UTF-8: Excel's 'CSV UTF-8')"
     if len(cells) != len(names):
         return f"expected {len(names)} columns, got {len(cells)}"
     row: dict[str, Any] = {}
