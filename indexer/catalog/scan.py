@@ -18,6 +18,7 @@ from indexer.catalog.rows import ParsedRow, RowError, parse_row
 _SHORT_INT = re.compile(r"-?\d{1,20}")  # int() of 4,300 digits raises: parse_row names those
 _ESCAPED = re.compile("[\udc80-\udcff]")
 _SHOWN = 10  # metadata columns named in the notice
+_KEPT_NAMES = 10_000
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class CatalogScan:
         self._metadata: dict[str, None] = {}  # ordered set: the first row's order
         self._read_as: dict[str, str] = {}
         self._unnamed: list[int] = []
-        self._derived: list[CatalogRecord] = []  # the first, and how many
+        self._first_derived: CatalogRecord | None = None
         self._derived_count = 0
         self._delimiter = ","
 
@@ -80,14 +81,14 @@ class CatalogScan:
         return CatalogCheck(good, bad, self.notices())
 
     def _note(self, parsed: ParsedRow) -> None:
-        self._metadata.update(dict.fromkeys(parsed.record.extra))
+        if len(self._metadata) < _KEPT_NAMES:  # a JSONL of a new key a row stays bounded
+            self._metadata.update(dict.fromkeys(parsed.record.extra))
         self._read_as.update(parsed.read_as)
         if parsed.id_from and parsed.id_from != "id":
             self._read_as[parsed.id_from] = "the id"
         if not parsed.id_from:
             self._derived_count += 1
-            if not self._derived:
-                self._derived.append(parsed.record)
+            self._first_derived = self._first_derived or parsed.record
 
     def notices(self) -> list[str]:
         """One line for each: columns read as a field of another name, ids derived, columns
@@ -99,8 +100,7 @@ class CatalogScan:
         if self._read_as:
             read = ", ".join(f"{k!r} as {f}" for k, f in self._read_as.items())
             out.append(f"{self.name}: read {read}")
-        if self._derived:
-            first = self._derived[0]
+        if (first := self._first_derived) is not None:
             out.append(
                 f"{self.name}: {self._derived_count} book(s) without an id or ISBN got an id "
                 f"derived from title and authors (line {first.line}: {first.id!r}); it stays "
@@ -108,7 +108,10 @@ class CatalogScan:
             )
         if self._metadata:
             names = [repr(k) for k in self._metadata]
-            more = f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
+            more = ""
+            if len(names) > _SHOWN:
+                many = " or more" if len(names) >= _KEPT_NAMES else ""
+                more = f" and {len(names) - _SHOWN:,}{many} more"
             out.append(
                 f"{self.name}: kept as metadata, not as book fields: "
                 f"{', '.join(names[:_SHOWN])}{more} (the fields: {', '.join(columns.FIELDS)})"
