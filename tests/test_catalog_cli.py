@@ -168,7 +168,7 @@ def test_a_bad_header_answers_without_loading_torch_much_sooner_than_the_model_l
     tmp_path: Path,
 ) -> None:
     """A cold start each: the error path imports neither torch nor the model (checked), and
-    takes a fraction of a run that loads the model (measured: 2.0-2.5 s against 16 s on a
+    takes a fraction of a run that loads the model (measured: 1.6 s against 16 s on a
     loaded 2-core machine; asserted with a wide margin)."""
     env = {**os.environ, "ATTEND_DATABASE_URL": f"sqlite:///{tmp_path / 'attend.db'}"}
     bad, good = tmp_path / "bad.csv", tmp_path / "good.csv"
