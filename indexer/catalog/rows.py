@@ -201,36 +201,45 @@ def kind(value: object) -> str:
 def unstorable(raw: dict[str, Any]) -> list[str]:
     """Why some text of the row (a key or a value, at any depth) cannot be stored: one reason
     per field, in the row's order."""
-    found: dict[str, str] = {}
-    for top, root in raw.items():
-        stack: list[tuple[str, Any]] = [(top, root)]
-        while stack and top not in found:
-            name, value = stack.pop()
-            texts = [name]
-            if isinstance(value, str):
-                texts.append(value)
-            elif isinstance(value, dict):
-                stack.extend((name, v) for v in value.values())
-                texts.extend(value)
-            elif isinstance(value, list):
-                stack.extend((name, v) for v in value)
-            elif isinstance(value, HugeInt):
-                if columns.field_of(name) == "year":
-                    found[top] = (
-                        f"{name!r} {clip(value.digits)} out of range {YEAR_MIN} to {YEAR_MAX}"
-                    )
-                else:
-                    found[top] = (
-                        f"{name!r} holds the integer {clip(value.digits)}, past the 64-bit range"
-                    )
-                break
-            for text in texts:
-                if hit := _UNSTORABLE.search(text):
-                    ch = hit.group()
-                    what = "a NUL character" if ch == "\x00" else "a lone surrogate"
-                    found[top] = f"{name!r} holds {what} ({ch!r}), which the databases cannot store"
-                    break
-    return list(found.values())
+    found = []
+    for name, value in raw.items():
+        # the common case, a flat value with nothing to report, without _unstorable_in's stack
+        flat = isinstance(value, str | int | float | None)
+        if (
+            flat
+            and not _UNSTORABLE.search(name)
+            and not (isinstance(value, str) and _UNSTORABLE.search(value))
+        ):
+            continue
+        if (why := _unstorable_in(name, value)) is not None:
+            found.append(why)
+    return found
+
+
+def _unstorable_in(name: str, root: Any) -> str | None:
+    """Why field `name` (its name, a text in its value, a key of an object in it) cannot be
+    stored, or None; without recursion."""
+    stack, texts = [root], [name]
+    while True:
+        for text in texts:
+            if hit := _UNSTORABLE.search(text):
+                ch = hit.group()
+                what = "a NUL character" if ch == "\x00" else "a lone surrogate"
+                return f"{name!r} holds {what} ({ch!r}), which the databases cannot store"
+        if not stack:
+            return None
+        value, texts = stack.pop(), []
+        if isinstance(value, str):
+            texts = [value]
+        elif isinstance(value, dict):
+            texts = list(value)
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, HugeInt):
+            if columns.field_of(name) == "year":
+                return f"{name!r} {clip(value.digits)} out of range {YEAR_MIN} to {YEAR_MAX}"
+            return f"{name!r} holds the integer {clip(value.digits)}, past the 64-bit range"
 
 
 def clip(text: str, n: int = 40) -> str:
