@@ -257,3 +257,27 @@ def test_a_row_of_another_encoding_says_to_save_as_utf8(tmp_path: Path) -> None:
     assert isinstance(rows[0], InvalidRow) and rows[0].line == 2
     assert rows[0].reason == "invalid UTF-8 (save the file as UTF-8: Excel's 'CSV UTF-8')"
     assert isinstance(rows[1], CatalogRecord) and rows[1].title == "Dune"
+
+
+def test_a_goodreads_export_is_read_with_its_book_ids(tmp_path: Path) -> None:
+    path = tmp_path / "goodreads_library_export.csv"
+    path.write_text(
+        "Book Id,Title,Author,Author l-f,ISBN,ISBN13,My Rating\n"
+        '234225,Dune,Frank Herbert,"Herbert, Frank","=""0441172717""","=""9780441172719""",5\n'
+        '12067,Good Omens,Terry Pratchett,"Pratchett, Terry","=""""","=""""",4\n',
+        encoding="utf-8",
+    )
+    dune, omens = _books(path)
+    assert (dune.id, dune.title, dune.authors) == ("234225", "Dune", ["Frank Herbert"])
+    assert dune.extra["Author l-f"] == "Herbert, Frank"
+    assert (omens.id, omens.authors) == ("12067", ["Terry Pratchett"])
+    assert _notices(path)[0] == (
+        f"{path}: read 'Book Id' as id, 'Title' as title, 'Author' as authors"
+    )
+
+
+def test_an_isbn_is_the_id_without_its_spreadsheet_formula(tmp_path: Path) -> None:
+    path = tmp_path / "export.csv"
+    path.write_text('Title,ISBN13\nDune,"=""978-0441172719"""\n', encoding="utf-8")
+    (dune,) = _books(path)
+    assert dune.id == "9780441172719"

@@ -18,7 +18,7 @@ FIELDS = ("id", "title", "description", "authors", "year", "language")
 ISBN = "isbn"  # not a field: the id of a row without one
 # the name a column is known by → the field it holds; earlier names win when a row has several
 _ALIASES: dict[str, tuple[str, ...]] = {
-    "id": ("id",),
+    "id": ("id", "book_id"),  # Goodreads' export: "Book Id"
     "title": ("title",),
     "description": ("description",),
     "authors": ("authors", "author", "author_name"),
