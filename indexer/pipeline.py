@@ -130,17 +130,13 @@ class Progress:
 
 
 def validate(catalog: str | Path | CatalogSnapshot) -> tuple[int, list[InvalidRow]]:
-    """Count the good rows of a catalog and collect the bad ones, writing nothing."""
+    """Count the good rows of a catalog and collect the bad ones, writing nothing (a snapshot
+    checked already, as `attend index` does before the model loads, is not read again)."""
     if not isinstance(catalog, CatalogSnapshot):
         with CatalogSnapshot.take(catalog) as snapshot:
             return validate(snapshot)
-    good, bad = 0, []
-    for row in catalog.scan():
-        if isinstance(row, InvalidRow):
-            bad.append(row)
-        else:
-            good += 1
-    return good, bad
+    check = catalog.check()
+    return check.books, check.rejected
 
 
 def embed(texts: dict[str, str], encoder: Encoder) -> dict[str, np.ndarray]:

@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from indexer.catalog import MAX_ROW_BYTES
-from models.encoder import DEFAULT_MODEL, DEFAULT_ONNX_CACHE_DIR, resolve_model
+from models.defaults import DEFAULT_MODEL, DEFAULT_ONNX_CACHE_DIR
 
 EncoderBackend = Literal["auto", "torch", "onnx"]
 Engine = Literal["local", "ray"]
@@ -91,6 +91,8 @@ class StoreSettings(BaseSettings):
                     f"ATTEND_DEVICE={device} but torch sees no CUDA GPU on this machine: set it "
                     "to auto or cpu"
                 )
+        from models.encoder import resolve_model  # torch: only once the input was found good
+
         if not (Path(resolve_model(self.model)).expanduser().is_dir() or _in_hf_cache(self.model)):
             raise SettingError(
                 f"ATTEND_MODEL={self.model} is neither the packaged {DEFAULT_MODEL}, nor a folder "

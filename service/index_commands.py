@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from indexer import pipeline
+    from indexer.catalog import CatalogSnapshot
     from indexer.settings import IndexSettings
 
 logger = logging.getLogger("attend")
@@ -113,28 +114,37 @@ def no_lock_file_left(url: str) -> Iterator[None]:
 
 def cmd_index(args: argparse.Namespace) -> int:
     from indexer import db
-    from indexer.catalog import CatalogError
+    from indexer.catalog import CatalogError, CatalogHeaderError, CatalogSnapshot
     from indexer.settings import IndexSettings
 
     options = ("database_url", "batch_size", "engine", "ray_address", "ray_workers")
     settings = IndexSettings(**overrides(args, options))
-    engine = db.create_db_engine(settings.database_url)
-    if engine.dialect.name != "sqlite":  # a server that does not answer: say so before the model
-        with engine.connect():
-            pass
     try:
-        with no_lock_file_left(settings.database_url):
-            report = _index(args, settings, engine)
+        with CatalogSnapshot.take(args.path, max_row_bytes=settings.max_row_bytes) as catalog:
+            # checked before the model loads and the database is touched: a bad header or bad
+            # rows answer in a second, not after the encoder's seconds (or minutes) of loading
+            check = catalog.check()
+            for notice in check.notices:
+                sys.stdout.write(f"{notice}\n")
+            if check.rejected and not args.skip_invalid:
+                raise CatalogError(check.rejected)
+            engine = db.create_db_engine(settings.database_url)
+            try:
+                if engine.dialect.name != "sqlite":  # a server that does not answer: say so
+                    with engine.connect():  # before the model loads
+                        pass
+                with no_lock_file_left(settings.database_url):
+                    report = _index(args, settings, engine, catalog)
+            finally:
+                engine.dispose()
     except CatalogError as e:
-        sys.stderr.write(
-            f"attend {args.command}: {e}\nnothing was written; --skip-invalid indexes the "
-            "valid rows\n"
-            if e.rows
-            else f"attend {args.command}: {e}\n"
+        hint = (
+            "\nnothing was written; --skip-invalid indexes the valid rows"
+            if e.rows and not isinstance(e, CatalogHeaderError)
+            else ""
         )
+        sys.stderr.write(f"attend {args.command}: {e}{hint}\n")
         return 2
-    finally:
-        engine.dispose()
     # the rejected rows were logged as warnings, one each, as the run skipped them
     switch = (
         f"generation {report.generation} active"
@@ -152,7 +162,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
-def _index(args: argparse.Namespace, settings: IndexSettings, engine: Engine) -> Any:
+def _index(
+    args: argparse.Namespace, settings: IndexSettings, engine: Engine, catalog: CatalogSnapshot
+) -> Any:
     """pipeline.run with a progress bar on a terminal (log lines are written above it, not
     through it), else a log line every 5 s at INFO (-v)."""
     from tqdm.contrib.logging import logging_redirect_tqdm
@@ -171,7 +183,7 @@ def _index(args: argparse.Namespace, settings: IndexSettings, engine: Engine) ->
             settings,
             engine=engine,
             encoder=encoder,
-            path=args.path,
+            path=catalog,
             skip_invalid=args.skip_invalid,
             keep_missing=args.keep_missing,
             allow_mass_delete=getattr(args, "allow_mass_delete", False),  # demo: none

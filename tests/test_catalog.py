@@ -1,4 +1,4 @@
-"""Unit tests of the catalog reader (indexer/catalog.py), on real files in tmp_path."""
+"""Unit tests of the catalog reader (indexer/catalog/), on real files in tmp_path."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_CATALOG, write_jsonl
-from indexer.catalog import CatalogError, CatalogRecord, InvalidRow, read_catalog, scan_catalog
+from indexer.catalog import (
+    CatalogError,
+    CatalogHeaderError,
+    CatalogRecord,
+    InvalidRow,
+    read_catalog,
+    scan_catalog,
+)
 from indexer.data import DEMO_CATALOG
 
 Row = CatalogRecord | InvalidRow
@@ -228,10 +235,9 @@ def test_empty_csv_file_has_no_rows(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("bad", "words"),
     [
-        pytest.param({"title": "T"}, ["missing", "id"], id="missing-id"),
         pytest.param({"id": None, "title": "T"}, ["missing", "id"], id="null-id"),
         pytest.param({"id": "  ", "title": "T"}, ["id", "empty"], id="blank-id"),
-        pytest.param({"id": 123, "title": "T"}, ["id", "string", "integer"], id="int-id"),
+        pytest.param({"id": 1.5, "title": "T"}, ["id", "string", "number"], id="float-id"),
         pytest.param({"id": "x" * 257, "title": "T"}, ["id", "256"], id="long-id"),
         pytest.param({"id": "a\tb", "title": "T"}, ["id", "printable"], id="control-in-id"),
         pytest.param({"id": "x"}, ["missing", "title"], id="missing-title"),
@@ -251,7 +257,7 @@ def test_empty_csv_file_has_no_rows(tmp_path: Path) -> None:
         ),
         pytest.param(
             {"id": "x", "title": "T", "authors": ["A", 1]},
-            ["authors", "list of str"],
+            ["authors", "list of strings"],
             id="int-in-authors",
         ),
         pytest.param(
@@ -417,16 +423,20 @@ def test_csv_duplicate_id_names_first_line(tmp_path: Path) -> None:
     assert "line 2" in bad.reason
 
 
-@pytest.mark.parametrize("header", ["title,description", "id,description", "name,heading"])
-def test_csv_header_without_id_or_title(tmp_path: Path, header: str) -> None:
+@pytest.mark.parametrize("header", ["id,description", "name,heading", "Author,ISBN"])
+def test_csv_header_without_a_title_column_is_named_and_stops_the_read(
+    tmp_path: Path, header: str
+) -> None:
     path = write_csv(tmp_path / "books.csv", f"{header}\na,b\n")
-    rows = scan(path)
-    assert len(rows) == 1
-    (bad,) = invalid(rows)
+    with pytest.raises(CatalogHeaderError) as info:
+        scan(path)
+    (bad,) = info.value.rows
     assert bad.line == 1
-    assert "header" in bad.reason
-    assert "'id'" in bad.reason
-    assert "'title'" in bad.reason
+    assert "header has no 'title' column" in bad.reason
+    assert "name the column that holds the book titles 'title'" in bad.reason
+    for column in header.split(","):
+        assert repr(column) in bad.reason  # the columns it has
+    assert str(info.value) == f"{path}:1: {bad.reason}"
 
 
 # --- read_catalog and CatalogError --------------------------------------------------------

@@ -24,6 +24,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from models.text import normalize_text
+
 # "(Discworld, #30)", "(The Lord of the Rings  #1)", "(Harry Potter #6-7)"
 _SERIES = re.compile(r"\(([^()]*?)[,;]?\s*#\s*[\d.]+(?:\s*-+\s*[\d.]+)?\)\s*$")
 _WORD = re.compile(r"[^\W_]+")
@@ -61,9 +63,9 @@ MAX_NAME_TOKENS = 6
 
 
 def fold(text: str) -> list[str]:
-    """Words of `text` case-folded with accents and punctuation gone: "García Márquez" →
-    ["garcia", "marquez"], "J.R.R." → ["j", "r", "r"]."""
-    decomposed = unicodedata.normalize("NFKD", text)
+    """Words of `text` case-folded with accents, punctuation and invisible characters gone:
+    "García Márquez" → ["garcia", "marquez"], "J.R.R." → ["j", "r", "r"]."""
+    decomposed = unicodedata.normalize("NFKD", normalize_text(text))
     bare = "".join(c for c in decomposed if not unicodedata.combining(c))
     return _WORD.findall(bare.casefold())
 

@@ -1,0 +1,175 @@
+"""One read of a catalog file: its rows in file order, each a book or the reason it is not one,
+ids unique, and notes of how it was read (columns read under another name, ids derived,
+columns kept as metadata) for the user to check."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any, NoReturn
+
+from indexer.catalog import columns
+from indexer.catalog.csv_records import csv_rows, delimiter_of
+from indexer.catalog.jsonl_records import jsonl_rows
+from indexer.catalog.records import CatalogHeaderError, CatalogRecord, InvalidRow
+from indexer.catalog.rows import ParsedRow, RowError, parse_row
+
+_SHORT_INT = re.compile(r"-?\d{1,20}")  # int() of 4,300 digits raises: parse_row names those
+_ESCAPED = re.compile("[\udc80-\udcff]")
+_SHOWN = 10  # metadata columns named in the notice
+_KEPT_NAMES = 10_000
+
+
+@dataclass(frozen=True)
+class CatalogCheck:
+    """What a full read found: the books, the rows rejected, and one line per thing the user
+    should know about how the file was read."""
+
+    books: int
+    rejected: list[InvalidRow]
+    notices: list[str]
+
+
+class CatalogScan:
+    """Iterate for the rows; after the last, `notices()`. A CSV header that cannot be a
+    catalog's raises `CatalogHeaderError` at the first row."""
+
+    def __init__(self, f: IO[bytes], name: str, fmt: str, max_row_bytes: int):
+        self.name = name
+        self._rows = jsonl_rows(f, max_row_bytes) if fmt == "jsonl" else self._csv(f, max_row_bytes)
+        self._metadata: dict[str, None] = {}  # ordered set: the first row's order
+        self._read_as: dict[str, str] = {}
+        self._unnamed: list[int] = []
+        self._first_derived: CatalogRecord | None = None
+        self._derived_count = 0
+        self._delimiter = ","
+
+    def __iter__(self) -> Iterator[CatalogRecord | InvalidRow]:
+        seen: dict[str, int] = {}
+        for line, raw in self._rows:
+            if isinstance(raw, str):
+                yield InvalidRow(self.name, line, raw)
+                continue
+            try:
+                parsed = parse_row(raw, line)
+            except RowError as e:
+                yield InvalidRow(self.name, line, str(e))
+                continue
+            record = parsed.record
+            if record.id in seen:
+                reason = f"duplicate id {record.id!r} (first on line {seen[record.id]})"
+                if not parsed.id_from:
+                    reason += (
+                        ", an id derived from the same title and authors: give the books an "
+                        "'id' or 'isbn' column to tell them apart"
+                    )
+                yield InvalidRow(self.name, line, reason)
+                continue
+            seen[record.id] = line
+            self._note(parsed)
+            yield record
+
+    def check(self) -> CatalogCheck:
+        """Read to the end."""
+        good, bad = 0, []
+        for row in self:
+            if isinstance(row, InvalidRow):
+                bad.append(row)
+            else:
+                good += 1
+        return CatalogCheck(good, bad, self.notices())
+
+    def _note(self, parsed: ParsedRow) -> None:
+        if len(self._metadata) < _KEPT_NAMES:  # a JSONL of a new key a row stays bounded
+            self._metadata.update(dict.fromkeys(parsed.record.extra))
+        self._read_as.update(parsed.read_as)
+        if parsed.id_from and parsed.id_from != "id":
+            self._read_as[parsed.id_from] = "the id"
+        if not parsed.id_from:
+            self._derived_count += 1
+            self._first_derived = self._first_derived or parsed.record
+
+    def notices(self) -> list[str]:
+        """One line for each: columns read as a field of another name, ids derived, columns
+        kept as metadata, columns without a name."""
+        out = []
+        if self._delimiter != ",":
+            shown = "tab" if self._delimiter == "\t" else repr(self._delimiter)
+            out.append(f"{self.name}: read as {shown}-separated (the header has no comma)")
+        if self._read_as:
+            read = ", ".join(f"{k!r} as {f}" for k, f in self._read_as.items())
+            out.append(f"{self.name}: read {read}")
+        if (first := self._first_derived) is not None:
+            out.append(
+                f"{self.name}: {self._derived_count} book(s) without an id or ISBN got an id "
+                f"derived from title and authors (line {first.line}: {first.id!r}); it stays "
+                "the same while they do"
+            )
+        if self._metadata:
+            names = [repr(k) for k in self._metadata]
+            more = ""
+            if len(names) > _SHOWN:
+                many = " or more" if len(names) >= _KEPT_NAMES else ""
+                more = f" and {len(names) - _SHOWN:,}{many} more"
+            out.append(
+                f"{self.name}: kept as metadata, not as book fields: "
+                f"{', '.join(names[:_SHOWN])}{more} (the fields: {', '.join(columns.FIELDS)})"
+            )
+        if self._unnamed:
+            which = ", ".join(map(str, self._unnamed))
+            out.append(f"{self.name}: column(s) {which} of the header have no name: not read")
+        return out
+
+    def _csv(self, f: IO[bytes], limit: int) -> Iterator[tuple[int, dict[str, Any] | str]]:
+        self._delimiter = delimiter_of(f, limit)
+        rows = csv_rows(f, limit, self._delimiter)
+        for line, cells in rows:
+            if isinstance(cells, str):
+                self._header_error(line, f"CSV header cannot be read: {cells}")
+            if any(c.strip() for c in cells):
+                break
+        else:
+            return  # an empty file: no rows
+        names = [c.strip() for c in cells]
+        if any(_has_surrogate(n) for n in names):
+            self._header_error(line, "CSV header is not valid UTF-8: save the file as UTF-8")
+        if (problem := columns.header_problem(names)) is not None:
+            self._header_error(line, problem)
+        self._unnamed = [i for i, n in enumerate(names, start=1) if not n]
+        kinds = [columns.field_of(n) for n in names]
+        for line, cells in rows:
+            if isinstance(cells, str):
+                yield line, cells
+            elif any(c.strip() for c in cells):  # a blank line is no row
+                yield line, _csv_row(names, kinds, cells)
+
+    def _header_error(self, line: int, reason: str) -> NoReturn:
+        raise CatalogHeaderError(InvalidRow(self.name, line, reason))
+
+
+def _csv_row(names: list[str], kinds: list[str | None], cells: list[str]) -> dict[str, Any] | str:
+    """A record's cells keyed by the header, or why they cannot be: an empty cell is no value
+    (but an empty id is a missing one), a year of digits an integer."""
+    if any(_has_surrogate(c) for c in cells):
+        return "invalid UTF-8 (save the file as UTF-8: Excel's 'CSV UTF-8')"
+    if len(cells) != len(names):
+        return f"expected {len(names)} columns, got {len(cells)}"
+    row: dict[str, Any] = {}
+    for name, kind, raw in zip(names, kinds, cells, strict=True):
+        cell = raw.strip()
+        if not name:
+            continue
+        if not cell:
+            if kind == "id":  # a row of a catalog with ids must have one
+                row[name] = None
+        elif kind == "year" and _SHORT_INT.fullmatch(cell):
+            row[name] = int(cell)
+        else:
+            row[name] = cell
+    return row
+
+
+def _has_surrogate(text: str) -> bool:
+    """Whether decoding left an undecodable byte in `text` (surrogateescape's U+DC80-U+DCFF)."""
+    return _ESCAPED.search(text) is not None
