@@ -4,6 +4,7 @@ line and calls these; heavy modules are imported when a command runs)."""
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -13,31 +14,69 @@ if TYPE_CHECKING:
     from service.api.search_schemas import SearchResponse
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+SERVE_OPTIONS = (
+    "database_url",
+    "host",
+    "port",
+    "engine",
+    "shards",
+    "shard_replicas",
+    "ray_address",
+)
+
+
+def cmd_serve(args: argparse.Namespace, sock: socket.socket | None = None) -> int:
+    """`attend serve`; `sock`: the port `attend demo` bound before it indexed."""
+    from service.api.server import PortUnavailableError
+
+    try:
+        return _serve(args, sock)
+    except PortUnavailableError as e:
+        sys.stderr.write(f"attend {args.command}: {e}\n")
+        return 2
+
+
+def _serve(args: argparse.Namespace, sock: socket.socket | None) -> int:
     from service.api.main import create_app
     from service.launch import apply_serve_threads
     from service.logs import configure_logging
     from service.settings import ServiceSettings
 
-    options = ("database_url", "host", "port", "engine", "shards", "shard_replicas")
-    settings = ServiceSettings(**overrides(args, (*options, "ray_address")))
+    settings = ServiceSettings(**overrides(args, SERVE_OPTIONS))
     # a server's log is its lifecycle and its requests: ATTEND_LOG_LEVEL (INFO), DEBUG at -vv
     level = "DEBUG" if args.verbose > 1 else settings.log_level
     configure_logging(level, json_lines=settings.log_json)
-    # a clear message here beats a traceback from inside uvicorn's start-up
-    open_index(settings.database_url).dispose()
     if settings.engine == "ray":
+        if sock is not None:
+            sock.close()  # Ray Serve's proxy binds the port itself, once Ray has started:
+        _check_port(settings)  # that it could, checked now
+        open_index(settings.database_url).dispose()
         return _serve_on_ray(settings)
     if settings.shards > 1:
         sys.stderr.write("attend serve: --shards needs --engine ray\n")
         return 2
     from service.api import server
 
-    apply_serve_threads(settings)
-    # an admin re-index (POST /admin/reindex) takes the writer's lock too
-    with no_lock_file_left(settings.database_url):
-        server.serve(create_app(settings), settings)  # uvicorn + h11 within bounds (server.py)
+    # before the index and the model load, which take seconds to a minute: a port in use
+    # fails now, with what to do
+    sock = sock or server.bind(settings.host, settings.port)
+    try:
+        # a clear message here beats a traceback from inside uvicorn's start-up
+        open_index(settings.database_url).dispose()
+        apply_serve_threads(settings)
+        # an admin re-index (POST /admin/reindex) takes the writer's lock too
+        with no_lock_file_left(settings.database_url):
+            server.serve(create_app(settings), settings, sock)  # uvicorn + h11 (server.py)
+    finally:
+        sock.close()
     return 0
+
+
+def _check_port(settings: Any) -> None:
+    """That the settings' port can be bound now (PortUnavailableError if not)."""
+    from service.api import server
+
+    server.bind(settings.host, settings.port).close()
 
 
 def _serve_on_ray(settings: Any) -> int:
@@ -51,12 +90,24 @@ def _serve_on_ray(settings: Any) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Index the bundled demo catalog (a no-op when it already is), then serve it."""
+    """Index the bundled demo catalog (a no-op when it already is), then serve it; the port is
+    bound first, so that one in use fails before the indexing, not after."""
     from indexer.data import DEMO_CATALOG
+    from service.api import server
+    from service.settings import ServiceSettings
 
-    args.path, args.skip_invalid, args.batch_size = str(DEMO_CATALOG), False, None
-    args.keep_missing = False
-    return cmd_index(args) or cmd_serve(args)
+    settings = ServiceSettings(**overrides(args, SERVE_OPTIONS))
+    try:
+        sock = server.bind(settings.host, settings.port)
+    except server.PortUnavailableError as e:
+        sys.stderr.write(f"attend {args.command}: {e}\n")
+        return 2
+    try:
+        args.path, args.skip_invalid, args.batch_size = str(DEMO_CATALOG), False, None
+        args.keep_missing = False
+        return cmd_index(args) or cmd_serve(args, sock)
+    finally:
+        sock.close()
 
 
 def cmd_search(args: argparse.Namespace) -> int:
