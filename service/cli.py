@@ -158,7 +158,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve_options(p)
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("search", parents=common, help="search the index and print the ranking")
+    p = sub.add_parser(
+        "search",
+        parents=common,
+        help="search the index and print the ranking",
+        description="Search the index at --database-url and print the ranking. When an "
+        "`attend serve` answers at ATTEND_HOST:ATTEND_PORT (default 127.0.0.1:8000) for that "
+        "same database (its index id and active generation) the search is asked of it, in "
+        "about a second; otherwise the model and the index are loaded here (a few seconds to "
+        "half a minute). -v says which.",
+    )
     p.add_argument("query", help="what to search for (1-512 characters)")
     p.add_argument("-k", type=int, default=10, help="results to show (1-100; default 10)")
     p.add_argument(
@@ -174,6 +183,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="head weights, e.g. title:0.3,description:0.4,lexical:0.3 (default: ATTEND_HEADS)",
     )
     p.add_argument("--json", action="store_true", help="print the API's JSON response")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--url",
+        metavar="URL",
+        help="ask the `attend serve` at URL (e.g. http://host:8000), whatever database it "
+        "serves (with --database-url: only if it serves that one); an error if it does not "
+        "answer",
+    )
+    where.add_argument(
+        "--here",
+        action="store_true",
+        help="never ask a server: load the model and the index in this command",
+    )
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("db", parents=common, help="database schema (Alembic migrations)")
