@@ -40,17 +40,25 @@ DATABASE_HELP = (
 )
 
 
-def _common_options() -> argparse.ArgumentParser:
+VERBOSE_HELP = "log INFO lines too (-vv: DEBUG); by default only warnings and the result"
+# a server's log is its lifecycle and every request, at ATTEND_LOG_LEVEL (serve_commands.py)
+SERVE_VERBOSE_HELP = (
+    "-vv: log DEBUG lines too; without it the server logs at ATTEND_LOG_LEVEL (default INFO: "
+    "its start-up and every request)"
+)
+DEMO_VERBOSE_HELP = (
+    "log the indexing's INFO lines too (-vv: DEBUG, the server's too); the server then logs at "
+    "ATTEND_LOG_LEVEL (default INFO: its start-up and every request)"
+)
+
+
+def _common_options(verbose_help: str = VERBOSE_HELP) -> argparse.ArgumentParser:
     """What every subcommand takes. `-v` is SUPPRESSed here so that a subcommand's default does
     not overwrite `attend -v COMMAND`'s count."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--database-url", metavar="URL", help=DATABASE_HELP)
     common.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=argparse.SUPPRESS,
-        help="log INFO lines too (-vv: DEBUG); by default only warnings and the result",
+        "-v", "--verbose", action="count", default=argparse.SUPPRESS, help=verbose_help
     )
     return common
 
@@ -119,14 +127,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser(
-        "delete", parents=common, help="remove books by id (a new generation without them)"
+        "delete",
+        parents=common,
+        help="remove books by id (a new generation without them)",
+        description="Remove books by id: a new generation without them, active at once. An id "
+        "that is not in the active generation is named on stderr and skipped. Exit status 0 "
+        "when at least one book was removed, 1 when none of the ids was in the index (nothing "
+        "removed), 3 when another indexer is writing.",
     )
     p.add_argument("ids", nargs="+", metavar="ID", help="ids of the books to remove")
     p.set_defaults(func=cmd_delete)
 
     p = sub.add_parser(
         "serve",
-        parents=common,
+        parents=[_common_options(SERVE_VERBOSE_HELP)],
         help="serve the REST API of an index",
         description="Serve the REST API (and /docs, the web page at /) of the index at "
         "--database-url.",
@@ -150,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "demo",
-        parents=common,
+        parents=[_common_options(DEMO_VERBOSE_HELP)],
         help="index the bundled demo catalog (180 books), then serve it",
         description="Index the bundled demo catalog into --database-url (a no-op when it "
         "already is), then serve it as `attend serve` does.",

@@ -250,13 +250,22 @@ def cmd_delete(args: argparse.Namespace) -> int:
             report = pipeline.delete_books(engine=engine, book_ids=args.ids)
     finally:
         engine.dispose()
+    # a partial success is a success (exit 0): the books asked for are gone from the index,
+    # and the ids that were not in it are named; 1 only when none was, so nothing was removed
     for book_id in report.unknown:
-        sys.stderr.write(f"attend delete: no book with id {book_id!r} in the active generation\n")
-    if report.removed:
-        sys.stdout.write(
-            f"removed {len(report.removed)} book(s); generation {report.generation} active\n"
+        sys.stderr.write(
+            f"attend delete: no book with id {book_id!r} in the active generation (not removed)\n"
         )
-    return 0 if not report.unknown else 1
+    if not report.removed:
+        sys.stderr.write("attend delete: nothing removed\n")
+        return 1
+    asked = len(report.removed) + len(report.unknown)
+    not_found = f" ({len(report.unknown)} not found)" if report.unknown else ""
+    sys.stdout.write(
+        f"removed {len(report.removed)} of {asked} book(s){not_found}; generation "
+        f"{report.generation} active\n"
+    )
+    return 0
 
 
 def cmd_db(args: argparse.Namespace) -> int:

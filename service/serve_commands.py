@@ -58,12 +58,12 @@ def _serve(args: argparse.Namespace, sock: socket.socket | None) -> int:
         return 2
     from service.api import server
 
+    # a clear message here beats a traceback from inside uvicorn's start-up
+    open_index(settings.database_url).dispose()
     # before the index and the model load, which take seconds to a minute: a port in use
     # fails now, with what to do
     sock = sock or server.bind(settings.host, settings.port)
     try:
-        # a clear message here beats a traceback from inside uvicorn's start-up
-        open_index(settings.database_url).dispose()
         apply_serve_threads(settings)
         # an admin re-index (POST /admin/reindex) takes the writer's lock too
         with no_lock_file_left(settings.database_url):

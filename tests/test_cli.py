@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect
+from sqlalchemy.orm import Session
 
-from conftest import ATTEND, write_jsonl
-from indexer import db
+from conftest import ATTEND, index_books, write_jsonl
+from indexer import db, store
 from indexer.generations import writer_lock
 from indexer.pipeline import ProgressSnapshot
 from service.cli import build_parser, main
@@ -68,10 +69,41 @@ def test_index_refuses_a_bad_catalog_and_writes_nothing(
             assert "another indexer is writing to" in capsys.readouterr().err
     finally:
         engine.dispose()
-    assert main(["delete", "a", "zz"]) == 1
+    assert main(["delete", "a"]) == 0
+    assert capsys.readouterr().out == "removed 1 of 1 book(s); generation 2 active\n"
+    assert not (tmp_path / "cli.db.index-lock").exists()
+
+
+def test_delete_removes_the_known_ids_and_names_the_unknown_ones(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    books = [GOOD, {"id": "b", "title": "Emma"}, {"id": "c", "title": "Ulysses"}]
+    engine = db.create_db_engine(db_url)
+    try:
+        db.upgrade(engine)
+        index_books(engine, tmp_path, books)  # the fake encoder: deleting needs no model
+    finally:
+        engine.dispose()
+
+    # a partial success: the known ones removed and counted, the unknown named, exit 0
+    assert main(["delete", "a", "zz", "b"]) == 0
     out = capsys.readouterr()
-    assert out.out == "removed 1 book(s); generation 2 active\n"
-    assert out.err == "attend delete: no book with id 'zz' in the active generation\n"
+    assert out.out == "removed 2 of 3 book(s) (1 not found); generation 2 active\n"
+    assert out.err == "attend delete: no book with id 'zz' in the active generation (not removed)\n"
+    assert main(["delete", "a", "yy"]) == 1  # none of them in the index: nothing removed
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.splitlines() == [
+        "attend delete: no book with id 'a' in the active generation (not removed)",
+        "attend delete: no book with id 'yy' in the active generation (not removed)",
+        "attend delete: nothing removed",
+    ]
+    engine = db.create_db_engine(db_url)
+    try:
+        with Session(engine) as session:
+            assert store.count_books(session=session) == 1  # c
+    finally:
+        engine.dispose()
     assert not (tmp_path / "cli.db.index-lock").exists()
 
 
@@ -165,6 +197,20 @@ def test_every_option_has_help_text() -> None:
         any(o.option_strings == ["--database-url"] for o in sub._actions)
         for sub in build_parser()._subparsers._group_actions[0].choices.values()  # type: ignore[union-attr]
     )
+
+
+def test_serve_and_demo_say_what_v_changes_for_them() -> None:
+    """Issue 24: serve's -v help said "by default only warnings and the result", though serve
+    logs its start-up and every request at INFO (ATTEND_LOG_LEVEL) without it."""
+    helps = {}
+    for name, sub in build_parser()._subparsers._group_actions[0].choices.items():  # type: ignore[union-attr]
+        (verbose,) = [a for a in sub._actions if "-v" in a.option_strings]
+        helps[name] = verbose.help or ""
+    for name in ("serve", "demo"):
+        assert "only warnings" not in helps[name]
+        assert "ATTEND_LOG_LEVEL (default INFO: its start-up and every request)" in helps[name]
+    assert "-vv: log DEBUG lines too" in helps["serve"]
+    assert "by default only warnings and the result" in helps["search"]
 
 
 def test_help_loads_no_model_stack() -> None:
