@@ -114,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
         "they are removed)",
     )
     p.add_argument(
+        "--if-empty",
+        action="store_true",
+        help="index only when the database holds no index yet (a first run: docker compose "
+        "seeds the demo catalog this way); else say which generation it holds, change nothing",
+    )
+    p.add_argument(
         "--engine", choices=["local", "ray"], help="local: this process (default); ray: Ray Data"
     )
     p.add_argument(

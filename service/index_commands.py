@@ -120,6 +120,12 @@ def cmd_index(args: argparse.Namespace) -> int:
     settings = IndexSettings(**overrides(args, options))
     engine = db.create_db_engine(settings.database_url)
     try:
+        if getattr(args, "if_empty", False) and (held := _active_generation(engine)) is not None:
+            sys.stdout.write(
+                f"the index already holds generation {held}: nothing indexed (--if-empty) "
+                f"-> {shown(settings.database_url)}\n"
+            )
+            return 0
         with no_lock_file_left(settings.database_url):
             report = _index(args, settings, engine)
     except CatalogError as e:
@@ -147,6 +153,19 @@ def cmd_index(args: argparse.Namespace) -> int:
         f"-> {shown(settings.database_url)}\n"
     )
     return 0
+
+
+def _active_generation(engine: Engine) -> int | None:
+    """The active generation of the index at `engine`, or None where there is none yet (a new
+    database, one without the schema, one never indexed). Before the model loads."""
+    from sqlalchemy.orm import Session
+
+    from indexer import db, store
+
+    if db.current_revision(engine) is None:
+        return None
+    with Session(engine) as session:
+        return store.active_generation_id(session=session)
 
 
 def _index(args: argparse.Namespace, settings: IndexSettings, engine: Engine) -> Any:

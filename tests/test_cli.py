@@ -74,6 +74,35 @@ def test_index_refuses_a_bad_catalog_and_writes_nothing(
     assert not (tmp_path / "cli.db.index-lock").exists()
 
 
+def test_index_if_empty_seeds_a_new_database_only(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What docker compose's indexer runs at every `up`: the catalog is indexed into a database
+    with no index yet, and a database that holds one is left as it is, without loading the
+    model (which the in-process fake index here never needs)."""
+    engine = db.create_db_engine(db_url)
+    try:
+        db.upgrade(engine)
+        index_books(engine, tmp_path, [GOOD])  # an index with one generation, the fake encoder
+    finally:
+        engine.dispose()
+    other = write_jsonl(tmp_path / "other.jsonl", [{"id": "z", "title": "Another catalog"}])
+    assert main(["-v", "index", "--if-empty", str(other)]) == 0
+    out = capsys.readouterr()
+    assert out.out == (
+        f"the index already holds generation 1: nothing indexed (--if-empty) "
+        f"-> sqlite:///{tmp_path / 'cli.db'}\n"
+    )
+    assert "loaded encoder" not in out.err
+    engine = db.create_db_engine(db_url)
+    try:
+        with Session(engine) as session:
+            assert store.active_generation_id(session=session) == 1
+            assert store.count_books(session=session) == 1
+    finally:
+        engine.dispose()
+
+
 def test_delete_removes_the_known_ids_and_names_the_unknown_ones(
     db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
