@@ -146,6 +146,13 @@ def test_api_docs_render_with_the_network_blocked(server: str) -> None:
             paths = {p.get_attribute("data-path") for p in operations.all()}
             assert {"/search", "/books/{book_id}", "/recommend"} <= paths
             assert blocked == []  # nothing was even asked of another host
+
+            # ReDoc too, whose sidebar logo came from Redocly's CDN (issue 24)
+            page.goto(server + "/redoc")
+            expect(page.get_by_text("API docs by Redocly")).to_be_visible(timeout=15_000)
+            expect(page.get_by_text("Search Get").first).to_be_attached()  # an operation
+            page.wait_for_load_state("networkidle")
+            assert blocked == []
         finally:
             browser.close()
 
