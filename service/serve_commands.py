@@ -38,8 +38,6 @@ def cmd_serve(args: argparse.Namespace, sock: socket.socket | None = None) -> in
 
 
 def _serve(args: argparse.Namespace, sock: socket.socket | None) -> int:
-    from service.api.main import create_app
-    from service.launch import apply_serve_threads
     from service.logs import configure_logging
     from service.settings import ServiceSettings
 
@@ -64,6 +62,10 @@ def _serve(args: argparse.Namespace, sock: socket.socket | None) -> int:
     # fails now, with what to do
     sock = sock or server.bind(settings.host, settings.port)
     try:
+        # torch, FastAPI and the engine: seconds of imports, after the port is ours
+        from service.api.main import create_app
+        from service.launch import apply_serve_threads
+
         apply_serve_threads(settings)
         # an admin re-index (POST /admin/reindex) takes the writer's lock too
         with no_lock_file_left(settings.database_url):
