@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,18 @@ from service.cli import build_parser, main
 from service.index_commands import ProgressBar
 
 GOOD = {"id": "a", "title": "Dune", "description": "Desert planet.", "year": 1965}
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """main() points the root logger at the stderr its test captured; a later test that logs
+    before calling main() (indexing with the fake encoder) must not write to that closed
+    stream."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture
