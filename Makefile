@@ -34,6 +34,7 @@ lint: install
 	$(BIN)/mypy
 
 # The thread settings the `attend` command gives the service (service/launch.py), so in-process
-# tests run the CPU product the service runs.
+# tests run the CPU product the service runs. The PostgreSQL tests skip unless
+# ATTEND_TEST_POSTGRES_URL is set, the browser tests unless Debian's chromium is on PATH.
 test: lint
 	OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4 $(BIN)/python -m pytest

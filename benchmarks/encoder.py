@@ -28,12 +28,8 @@ from benchmarks.queries import QUERIES, percentile
 from indexer.catalog import read_catalog
 from indexer.data import DEMO_CATALOG
 from indexer.pipeline import field_texts
-from models.encoder import (
-    DEFAULT_MODEL,
-    DEFAULT_ONNX_CACHE_DIR,
-    Backend,
-    SentenceTransformerEncoder,
-)
+from models.defaults import DEFAULT_MODEL, default_onnx_cache_dir
+from models.encoder import Backend, SentenceTransformerEncoder
 from models.onnx_encoder import model_slug
 
 BACKENDS: tuple[Backend, ...] = ("torch", "onnx")
@@ -49,7 +45,7 @@ def book_texts(n: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--cache-dir", type=Path, default=Path(DEFAULT_ONNX_CACHE_DIR))
+    parser.add_argument("--cache-dir", type=Path, default=default_onnx_cache_dir())
     parser.add_argument("--reps", type=int, default=200, help="timed one-query calls per backend")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--batch", type=int, default=256, help="book texts in the batch")

@@ -116,7 +116,7 @@ def build_synthetic(n: int, path: Path, d: int = 384, batch: int = 20_000) -> st
 
 
 def store_model() -> str:
-    from models.encoder import DEFAULT_MODEL
+    from models.defaults import DEFAULT_MODEL
 
     return DEFAULT_MODEL
 

@@ -129,7 +129,6 @@ def _search_table(client: Any, example: Example) -> str:
     """What `attend search ARGS` prints: the same search through GET /search, as a table."""
     import shlex
 
-    from service.api.search_schemas import SearchResponse
     from service.cli import build_parser
     from service.serve_commands import table
 
@@ -140,7 +139,7 @@ def _search_table(client: Any, example: Example) -> str:
     response = client.get("/search", params=params)
     if response.status_code != 200:
         raise RuntimeError(f"{example.request} answered {response.status_code}: {response.text}")
-    return table(SearchResponse.model_validate(response.json())).rstrip("\n")
+    return table(response.json()).rstrip("\n")
 
 
 def shown(value: Any, example: Example) -> Any:

@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from indexer.catalog import MAX_ROW_BYTES
-from models.defaults import DEFAULT_MODEL, DEFAULT_ONNX_CACHE_DIR
+from models.defaults import DEFAULT_MODEL, default_onnx_cache_dir, resolve_model
 
 EncoderBackend = Literal["auto", "torch", "onnx"]
 Engine = Literal["local", "ray"]
@@ -45,11 +45,12 @@ class StoreSettings(BaseSettings):
         "installed, torch on CUDA). Both give the same vectors (cosine ≥ 0.9999).",
     )
     onnx_cache_dir: str = Field(
-        DEFAULT_ONNX_CACHE_DIR,
-        description="Folder where the onnx backend exports the model once (about 90 MB and "
-        "10-20 s for all-MiniLM-L6-v2) and reuses it on later starts; a relative path is taken "
-        "from the working folder. Delete it to force a new export; a changed model folder is "
-        "exported again by itself.",
+        default_factory=lambda: str(default_onnx_cache_dir()),
+        description="Folder where the onnx backend exports the model once per user and model "
+        "(about 90 MB, and 10 s to a few minutes for all-MiniLM-L6-v2) and reuses it on later "
+        "starts, from any working folder. Default: $XDG_CACHE_HOME/attend/onnx, else "
+        "~/.cache/attend/onnx; a relative path is taken from the working folder. Delete it to "
+        "force a new export; a changed model folder is exported again by itself.",
     )
 
     # Checked here, when a command starts, before the model loads: each bad value is one
@@ -91,8 +92,6 @@ class StoreSettings(BaseSettings):
                     f"ATTEND_DEVICE={device} but torch sees no CUDA GPU on this machine: set it "
                     "to auto or cpu"
                 )
-        from models.encoder import resolve_model  # torch: only once the input was found good
-
         if not (Path(resolve_model(self.model)).expanduser().is_dir() or _in_hf_cache(self.model)):
             raise SettingError(
                 f"ATTEND_MODEL={self.model} is neither the packaged {DEFAULT_MODEL}, nor a folder "

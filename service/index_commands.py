@@ -120,6 +120,18 @@ def cmd_index(args: argparse.Namespace) -> int:
     options = ("database_url", "batch_size", "engine", "ray_address", "ray_workers")
     settings = IndexSettings(**overrides(args, options))
     try:
+        if getattr(args, "if_empty", False):  # demo: none
+            probe = db.create_db_engine(settings.database_url)
+            try:
+                held = _active_generation(probe)
+            finally:
+                probe.dispose()
+            if held is not None:
+                sys.stdout.write(
+                    f"the index already holds generation {held}: nothing indexed (--if-empty) "
+                    f"-> {shown(settings.database_url)}\n"
+                )
+                return 0
         with CatalogSnapshot.take(args.path, max_row_bytes=settings.max_row_bytes) as catalog:
             # checked before the model loads and the database is touched: a bad header or bad
             # rows answer in a second, not after the encoder's seconds (or minutes) of loading
@@ -160,6 +172,19 @@ def cmd_index(args: argparse.Namespace) -> int:
         f"-> {shown(settings.database_url)}\n"
     )
     return 0
+
+
+def _active_generation(engine: Engine) -> int | None:
+    """The active generation of the index at `engine`, or None where there is none yet (a new
+    database, one without the schema, one never indexed). Before the model loads."""
+    from sqlalchemy.orm import Session
+
+    from indexer import db, store
+
+    if db.current_revision(engine) is None:
+        return None
+    with Session(engine) as session:
+        return store.active_generation_id(session=session)
 
 
 def _index(
@@ -266,13 +291,22 @@ def cmd_delete(args: argparse.Namespace) -> int:
             report = pipeline.delete_books(engine=engine, book_ids=args.ids)
     finally:
         engine.dispose()
+    # a partial success is a success (exit 0): the books asked for are gone from the index,
+    # and the ids that were not in it are named; 1 only when none was, so nothing was removed
     for book_id in report.unknown:
-        sys.stderr.write(f"attend delete: no book with id {book_id!r} in the active generation\n")
-    if report.removed:
-        sys.stdout.write(
-            f"removed {len(report.removed)} book(s); generation {report.generation} active\n"
+        sys.stderr.write(
+            f"attend delete: no book with id {book_id!r} in the active generation (not removed)\n"
         )
-    return 0 if not report.unknown else 1
+    if not report.removed:
+        sys.stderr.write("attend delete: nothing removed\n")
+        return 1
+    asked = len(report.removed) + len(report.unknown)
+    not_found = f" ({len(report.unknown)} not found)" if report.unknown else ""
+    sys.stdout.write(
+        f"removed {len(report.removed)} of {asked} book(s){not_found}; generation "
+        f"{report.generation} active\n"
+    )
+    return 0
 
 
 def cmd_db(args: argparse.Namespace) -> int:

@@ -4,40 +4,82 @@ line and calls these; heavy modules are imported when a command runs)."""
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import socket
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from service.index_commands import cmd_index, no_lock_file_left, open_index, overrides
 
-if TYPE_CHECKING:
-    from service.api.search_schemas import SearchResponse
+logger = logging.getLogger("attend")
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from service.api.main import create_app
-    from service.launch import apply_serve_threads
+SERVE_OPTIONS = (
+    "database_url",
+    "host",
+    "port",
+    "engine",
+    "shards",
+    "shard_replicas",
+    "ray_address",
+)
+
+
+def cmd_serve(args: argparse.Namespace, sock: socket.socket | None = None) -> int:
+    """`attend serve`; `sock`: the port `attend demo` bound before it indexed."""
+    from service.api.server import PortUnavailableError
+
+    try:
+        return _serve(args, sock)
+    except PortUnavailableError as e:
+        sys.stderr.write(f"attend {args.command}: {e}\n")
+        return 2
+
+
+def _serve(args: argparse.Namespace, sock: socket.socket | None) -> int:
     from service.logs import configure_logging
     from service.settings import ServiceSettings
 
-    options = ("database_url", "host", "port", "engine", "shards", "shard_replicas")
-    settings = ServiceSettings(**overrides(args, (*options, "ray_address")))
+    settings = ServiceSettings(**overrides(args, SERVE_OPTIONS))
     # a server's log is its lifecycle and its requests: ATTEND_LOG_LEVEL (INFO), DEBUG at -vv
     level = "DEBUG" if args.verbose > 1 else settings.log_level
     configure_logging(level, json_lines=settings.log_json)
-    # a clear message here beats a traceback from inside uvicorn's start-up
-    open_index(settings.database_url).dispose()
     if settings.engine == "ray":
+        if sock is not None:
+            sock.close()  # Ray Serve's proxy binds the port itself, once Ray has started:
+        _check_port(settings)  # that it could, checked now
+        open_index(settings.database_url).dispose()
         return _serve_on_ray(settings)
     if settings.shards > 1:
         sys.stderr.write("attend serve: --shards needs --engine ray\n")
         return 2
     from service.api import server
 
-    apply_serve_threads(settings)
-    # an admin re-index (POST /admin/reindex) takes the writer's lock too
-    with no_lock_file_left(settings.database_url):
-        server.serve(create_app(settings), settings)  # uvicorn + h11 within bounds (server.py)
+    # a clear message here beats a traceback from inside uvicorn's start-up
+    open_index(settings.database_url).dispose()
+    # before the index and the model load, which take seconds to a minute: a port in use
+    # fails now, with what to do
+    sock = sock or server.bind(settings.host, settings.port)
+    try:
+        # torch, FastAPI and the engine: seconds of imports, after the port is ours
+        from service.api.main import create_app
+        from service.launch import apply_serve_threads
+
+        apply_serve_threads(settings)
+        # an admin re-index (POST /admin/reindex) takes the writer's lock too
+        with no_lock_file_left(settings.database_url):
+            server.serve(create_app(settings), settings, sock)  # uvicorn + h11 (server.py)
+    finally:
+        sock.close()
     return 0
+
+
+def _check_port(settings: Any) -> None:
+    """That the settings' port can be bound now (PortUnavailableError if not)."""
+    from service.api import server
+
+    server.bind(settings.host, settings.port).close()
 
 
 def _serve_on_ray(settings: Any) -> int:
@@ -51,62 +93,106 @@ def _serve_on_ray(settings: Any) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Index the bundled demo catalog (a no-op when it already is), then serve it."""
+    """Index the bundled demo catalog (a no-op when it already is), then serve it; the port is
+    bound first, so that one in use fails before the indexing, not after."""
     from indexer.data import DEMO_CATALOG
+    from service.api import server
+    from service.settings import ServiceSettings
 
-    args.path, args.skip_invalid, args.batch_size = str(DEMO_CATALOG), False, None
-    args.keep_missing = False
-    return cmd_index(args) or cmd_serve(args)
+    settings = ServiceSettings(**overrides(args, SERVE_OPTIONS))
+    try:
+        sock = server.bind(settings.host, settings.port)
+    except server.PortUnavailableError as e:
+        sys.stderr.write(f"attend {args.command}: {e}\n")
+        return 2
+    try:
+        args.path, args.skip_invalid, args.batch_size = str(DEMO_CATALOG), False, None
+        args.keep_missing = False
+        return cmd_index(args) or cmd_serve(args, sock)
+    finally:
+        sock.close()
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from service.api.search_schemas import SearchParams, search_response
-    from service.engine.startup import build_searcher
+    """The ranking from the running server when one serves this database (or the one at
+    --url), else from the model and the index loaded here (service/remote_search.py)."""
+    from service.remote_search import RemoteSearchError, search_on_server
     from service.settings import ServiceSettings
 
     settings = ServiceSettings(**overrides(args, ("database_url",)))
-    params = SearchParams(
-        q=args.query,
-        k=args.k,
-        offset=args.offset,
-        author=args.author,
-        year_min=args.year_min,
-        year_max=args.year_max,
-        language=args.language,
-        heads=args.heads,
+    params = {
+        "q": args.query,
+        "k": args.k,
+        "offset": args.offset,
+        "author": args.author,
+        "year_min": args.year_min,
+        "year_max": args.year_max,
+        "language": args.language,
+        "heads": args.heads,
+    }
+    response = None
+    if not args.here:
+        try:
+            response = search_on_server(
+                params,
+                database_url=settings.database_url,
+                host=settings.host,
+                port=settings.port,
+                model=settings.model,
+                url=args.url,
+                database_given=args.database_url is not None,
+            )
+        except RemoteSearchError as e:
+            sys.stderr.write(f"attend search: {e}\n")
+            return 2
+    if response is None:
+        response = _search_here(settings, params)
+    sys.stdout.write(
+        json.dumps(response, indent=2, ensure_ascii=False) + "\n" if args.json else table(response)
     )
+    return 0
+
+
+def _search_here(settings: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """The response of a search in this process: the model and the index loaded (seconds)."""
+    from service.api.search_schemas import SearchParams, search_response
+    from service.engine.startup import build_searcher
+
+    logger.info("loading the model and the index here")
+    query = SearchParams(**{k: v for k, v in params.items() if v is not None})
     engine = open_index(settings.database_url)
     try:
         searcher = build_searcher(settings, engine=engine)
     finally:
         engine.dispose()
-    (result,) = searcher.search_now([params.q], params.options())
-    response = search_response(result)
-    sys.stdout.write(response.model_dump_json(indent=2) + "\n" if args.json else table(response))
-    return 0
+    (result,) = searcher.search_now([query.q], query.options())
+    return search_response(result).model_dump(mode="json")
 
 
-def table(response: SearchResponse) -> str:
-    """The ranking as `attend search` prints it: a header with what the API's response says of
-    the whole query (matched, heads, match strength), then one line per result."""
+def table(response: dict[str, Any]) -> str:
+    """The ranking as `attend search` prints it, from the API's JSON response (the server's or
+    this process's): a header with what it says of the whole query (matched, heads, match
+    strength), then one line per result."""
     heads = ",".join(
-        f"{name}:{head.weight:.3g}{' (abstained)' if getattr(head, 'abstained', False) else ''}"
-        for name, head in response.heads.items()
+        f"{name}:{head['weight']:.3g}{' (abstained)' if head.get('abstained') else ''}"
+        for name, head in response["heads"].items()
     )
     lines = [
-        f"{response.query!r}: {response.matched} of {response.catalog_size} books matched; "
-        f"heads {heads}; match strength {response.match_strength:.2f}",
+        f"{response['query']!r}: {response['matched']} of {response['catalog_size']} books "
+        f"matched; heads {heads}; match strength {response['match_strength']:.2f}",
     ]
-    if response.no_strong_match:
+    if response["no_strong_match"]:
         lines.append(
             "no strong match: the best book weighs little more than under a uniform weight "
             "(match strength under 0.55), so these are weak answers"
         )
     lines.append(f"{'rank':>4}  {'weight':>7}  {'score':>6}  title")
-    for hit in response.results:
-        authors = ", ".join(hit.authors[:2]) + (" et al." if len(hit.authors) > 2 else "")
-        year = f", {hit.year}" if hit.year is not None else ""
+    for hit in response["results"]:
+        names = hit["authors"]
+        authors = ", ".join(names[:2]) + (" et al." if len(names) > 2 else "")
+        year = f", {hit['year']}" if hit.get("year") is not None else ""
         lines.append(
-            f"{hit.rank:>4}  {hit.weight:>7.4f}  {hit.score:>6.3f}  {hit.title} ({authors}{year})"
+            f"{hit['rank']:>4}  {hit['weight']:>7.4f}  {hit['score']:>6.3f}  {hit['title']} "
+            f"({authors}{year})"
         )
     return "\n".join(lines) + "\n"

@@ -58,3 +58,19 @@ def test_docs_and_openapi_have_their_own_route_label(client: TestClient) -> None
     }
     assert {"/docs", "/openapi.json", "/static-offline-docs/{path}"} <= routes
     assert "<unmatched>" not in routes  # only the unknown path, answered 404
+
+
+def test_redoc_asks_no_other_host_for_its_logo(client: TestClient) -> None:
+    """ReDoc's bundle shows Redocly's logo from their CDN in every page's sidebar (issue 24);
+    /redoc's Content-Security-Policy lets images come from the app alone, so the browser never
+    fetches it (tests/test_page_browser.py watches that in chromium)."""
+    r = client.get("/redoc")
+    bundle = client.get(_assets(r.text)[-1]).text
+    remote_images = re.findall(r"""src:["'](https?://[^"']+)""", bundle)
+    assert remote_images, "the bundle no longer has its CDN logo: is this test still needed?"
+    policy = dict(
+        part.strip().split(" ", 1) for part in r.headers["content-security-policy"].split(";")
+    )
+    sources = policy["img-src"].split()
+    assert set(sources) <= {"'self'", "data:"}, sources
+    assert all(urlparse(url).netloc not in policy["img-src"] for url in remote_images)

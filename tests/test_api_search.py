@@ -159,7 +159,9 @@ def test_a_filter_matching_nothing_is_an_empty_answer(client: TestClient) -> Non
             {"q": "x", "year_min": 2000, "year_max": 1990},
             "year_min (2000) is after year_max (1990)",
         ),
-        ({"q": "x", "colour": "red"}, "colour: Extra inputs are not permitted"),
+        ({"q": "x", "colour": "red"}, "unknown parameter 'colour' (this endpoint takes k, "),
+        ({"q": "x", "ofset": 3}, "unknown parameter 'ofset' (did you mean 'offset'?)"),
+        ({"q": "x", "year-min": 3}, "unknown parameter 'year-min' (did you mean 'year_min'?)"),
     ],
 )
 def test_bad_search_input_is_a_422_with_a_message(
@@ -168,6 +170,24 @@ def test_bad_search_input_is_a_422_with_a_message(
     r = client.get("/search", params=params)
     assert r.status_code == 422
     assert message in r.json()["detail"]
+
+
+def test_query_for_q_is_named_with_what_was_meant(client: TestClient) -> None:
+    """Issue 24: `/search?query=dune` answered `q: Field required; Extra inputs are not
+    permitted`, naming neither `query` nor `q`."""
+    r = client.get("/search", params={"query": "dune"})
+    assert r.status_code == 422
+    assert r.json() == {"detail": "unknown parameter 'query' (did you mean 'q'?)"}
+    r = client.get("/search", params={"query": "dune", "k": 0})
+    assert r.json()["detail"] == (
+        "unknown parameter 'query' (did you mean 'q'?); "
+        "k: Input should be greater than or equal to 1"
+    )
+    r = client.post("/search", json={"query": "dune"})
+    assert r.status_code == 422
+    assert r.json() == {"detail": "unknown body field 'query' (did you mean 'queries'?)"}
+    r = client.get("/books/nope/similar", params={"limit": 3})
+    assert r.json() == {"detail": "unknown parameter 'limit' (did you mean 'k'?)"}
 
 
 def test_post_search_batches_queries(client: TestClient) -> None:
@@ -226,7 +246,9 @@ def test_unknown_book_is_a_404_naming_the_id(client: TestClient) -> None:
 
 
 def test_healthz_and_docs(client: TestClient) -> None:
-    assert client.get("/healthz").json() == {
+    health = client.get("/healthz").json()
+    assert isinstance(health.pop("index_id"), str)  # the database's, read at start-up
+    assert health == {
         "status": "ok",
         "catalog_size": 7,
         "model": FakeEncoder.name,

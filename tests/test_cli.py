@@ -5,22 +5,37 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect
+from sqlalchemy.orm import Session
 
-from conftest import ATTEND, write_jsonl
-from indexer import db
+from conftest import ATTEND, index_books, write_jsonl
+from indexer import db, store
 from indexer.generations import writer_lock
 from indexer.pipeline import ProgressSnapshot
 from service.cli import build_parser, main
 from service.index_commands import ProgressBar
 
 GOOD = {"id": "a", "title": "Dune", "description": "Desert planet.", "year": 1965}
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """main() points the root logger at the stderr its test captured; a later test that logs
+    before calling main() (indexing with the fake encoder) must not write to that closed
+    stream."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture
@@ -68,10 +83,70 @@ def test_index_refuses_a_bad_catalog_and_writes_nothing(
             assert "another indexer is writing to" in capsys.readouterr().err
     finally:
         engine.dispose()
-    assert main(["delete", "a", "zz"]) == 1
+    assert main(["delete", "a"]) == 0
+    assert capsys.readouterr().out == "removed 1 of 1 book(s); generation 2 active\n"
+    assert not (tmp_path / "cli.db.index-lock").exists()
+
+
+def test_index_if_empty_seeds_a_new_database_only(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What docker compose's indexer runs at every `up`: the catalog is indexed into a database
+    with no index yet, and a database that holds one is left as it is, without loading the
+    model (which the in-process fake index here never needs)."""
+    engine = db.create_db_engine(db_url)
+    try:
+        db.upgrade(engine)
+        index_books(engine, tmp_path, [GOOD])  # an index with one generation, the fake encoder
+    finally:
+        engine.dispose()
+    other = write_jsonl(tmp_path / "other.jsonl", [{"id": "z", "title": "Another catalog"}])
+    assert main(["-v", "index", "--if-empty", str(other)]) == 0
     out = capsys.readouterr()
-    assert out.out == "removed 1 book(s); generation 2 active\n"
-    assert out.err == "attend delete: no book with id 'zz' in the active generation\n"
+    assert out.out == (
+        f"the index already holds generation 1: nothing indexed (--if-empty) "
+        f"-> sqlite:///{tmp_path / 'cli.db'}\n"
+    )
+    assert "loaded encoder" not in out.err
+    engine = db.create_db_engine(db_url)
+    try:
+        with Session(engine) as session:
+            assert store.active_generation_id(session=session) == 1
+            assert store.count_books(session=session) == 1
+    finally:
+        engine.dispose()
+
+
+def test_delete_removes_the_known_ids_and_names_the_unknown_ones(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    books = [GOOD, {"id": "b", "title": "Emma"}, {"id": "c", "title": "Ulysses"}]
+    engine = db.create_db_engine(db_url)
+    try:
+        db.upgrade(engine)
+        index_books(engine, tmp_path, books)  # the fake encoder: deleting needs no model
+    finally:
+        engine.dispose()
+
+    # a partial success: the known ones removed and counted, the unknown named, exit 0
+    assert main(["delete", "a", "zz", "b"]) == 0
+    out = capsys.readouterr()
+    assert out.out == "removed 2 of 3 book(s) (1 not found); generation 2 active\n"
+    assert out.err == "attend delete: no book with id 'zz' in the active generation (not removed)\n"
+    assert main(["delete", "a", "yy"]) == 1  # none of them in the index: nothing removed
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.splitlines() == [
+        "attend delete: no book with id 'a' in the active generation (not removed)",
+        "attend delete: no book with id 'yy' in the active generation (not removed)",
+        "attend delete: nothing removed",
+    ]
+    engine = db.create_db_engine(db_url)
+    try:
+        with Session(engine) as session:
+            assert store.count_books(session=session) == 1  # c
+    finally:
+        engine.dispose()
     assert not (tmp_path / "cli.db.index-lock").exists()
 
 
@@ -167,6 +242,20 @@ def test_every_option_has_help_text() -> None:
     )
 
 
+def test_serve_and_demo_say_what_v_changes_for_them() -> None:
+    """Issue 24: serve's -v help said "by default only warnings and the result", though serve
+    logs its start-up and every request at INFO (ATTEND_LOG_LEVEL) without it."""
+    helps = {}
+    for name, sub in build_parser()._subparsers._group_actions[0].choices.items():  # type: ignore[union-attr]
+        (verbose,) = [a for a in sub._actions if "-v" in a.option_strings]
+        helps[name] = verbose.help or ""
+    for name in ("serve", "demo"):
+        assert "only warnings" not in helps[name]
+        assert "ATTEND_LOG_LEVEL (default INFO: its start-up and every request)" in helps[name]
+    assert "-vv: log DEBUG lines too" in helps["serve"]
+    assert "by default only warnings and the result" in helps["search"]
+
+
 def test_help_loads_no_model_stack() -> None:
     """`attend --help` (and a mistyped option) answer before torch, SQLAlchemy or FastAPI load:
     they took 1.4 s of its 1.9 s."""
@@ -235,7 +324,8 @@ def test_search_shows_heads_and_match_strength(
 
     assert main(["search", "hacker in cyberspace", "--heads", "description:1", "-k", "2"]) == 0
     out = capsys.readouterr()
-    assert out.err == ""
+    # nothing on stderr, but the warning that the model is being exported, the first time
+    assert [line for line in out.err.splitlines() if " to ONNX into " not in line] == []
     lines = out.out.splitlines()
     assert lines[0].startswith("'hacker in cyberspace': 3 of 3 books matched; heads description:1;")
     strength = float(lines[0].rsplit("match strength ", 1)[1])

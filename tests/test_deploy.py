@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +32,24 @@ def test_services_are_chained_db_migrate_indexer_api() -> None:
     assert services["migrate"]["depends_on"] == {"db": {"condition": "service_healthy"}}
     done = {"condition": "service_completed_successfully"}
     assert services["indexer"]["depends_on"] == {"migrate": done}
-    # the api waits for the indexer only when the "index" profile runs it
-    assert services["api"]["depends_on"] == {
-        "migrate": done,
-        "indexer": {**done, "required": False},
-    }
+    assert services["api"]["depends_on"] == {"migrate": done, "indexer": done}
     assert "pg_isready" in " ".join(services["db"]["healthcheck"]["test"])
     assert "http://127.0.0.1:8000/readyz" in " ".join(services["api"]["healthcheck"]["test"])
-    assert services["indexer"]["profiles"] == ["index"]
     assert services["migrate"]["restart"] == services["indexer"]["restart"] == "no"
+
+
+def test_a_first_up_indexes_and_a_later_one_changes_nothing() -> None:
+    """Issue 24: a first `docker compose up` without `--profile index` left /readyz at 503
+    forever (an empty database) and lb never started. The indexer now runs at every `up`,
+    in no profile, and indexes its catalog only into a database with no index yet."""
+    services = _compose()["services"]
+    indexer = services["indexer"]
+    assert "profiles" not in indexer  # a plain `docker compose up` runs it
+    args = build_parser().parse_args(indexer["command"][1:])
+    assert args.command == "index" and args.if_empty
+    assert args.path == "/catalog/${ATTEND_CATALOG_FILE:-demo_books.jsonl}"
+    for name, service in services.items():
+        assert "profiles" not in service, f"{name} would not start on a plain `up`"
 
 
 def test_environment_names_real_settings() -> None:
@@ -81,7 +91,8 @@ def test_api_scales_behind_the_load_balancer() -> None:
     api, lb = services["api"], services["lb"]
     assert "ports" not in api and "container_name" not in api
     assert api["expose"] == ["8000"]
-    assert lb["ports"] == ["8000:8000"]
+    # the host's loopback unless asked otherwise: the API is not for every interface by default
+    assert lb["ports"] == ["${ATTEND_PUBLISH_HOST:-127.0.0.1}:8000:8000"]
     assert lb["depends_on"] == {"api": {"condition": "service_healthy"}}
     host, container, mode = lb["volumes"][0].split(":")
     assert container == "/etc/nginx/nginx.conf" and mode == "ro"
@@ -121,3 +132,38 @@ def test_gpu_override_reserves_an_nvidia_gpu_for_the_torch_services() -> None:
         assert service["environment"]["ATTEND_DEVICE"] == "cuda"
     readme = (ROOT / "README.md").read_text()
     assert "docker-compose.gpu.yml" in readme
+
+
+def test_the_cpu_image_takes_cpu_torch_and_the_gpu_one_cuda() -> None:
+    """Issue 24: `build: .` installed PyPI's torch, the CUDA build (GBs of nvidia-* wheels),
+    for a CPU stack. The Dockerfile installs torch from PyTorch's CPU index by default, before
+    the package, at the project's pinned version; the GPU override builds its own image with
+    TORCH_INDEX_URL="" (PyPI's CUDA wheel), under another tag."""
+    text = (ROOT / "Dockerfile").read_text()
+    (arg,) = [line for line in text.splitlines() if line.startswith("ARG TORCH_INDEX_URL=")]
+    assert arg.split("=", 1)[1] == "https://download.pytorch.org/whl/cpu"
+    pinned = re.search(r'"torch==([\d.]+)"', (ROOT / "pyproject.toml").read_text())
+    assert pinned is not None
+    install = text.index(f'pip install --index-url "$TORCH_INDEX_URL" torch=={pinned[1]}')
+    assert install < text.index("RUN pip install .")
+    base = _compose()["x-attend"]
+    assert base["build"] == {"context": "."} and base["image"] == "attend:latest"
+    for service in _gpu_override()["services"].values():
+        assert service["build"] == {"context": ".", "args": {"TORCH_INDEX_URL": ""}}
+        assert service["image"] == "attend:gpu"
+
+
+def test_dockerignore_keeps_local_state_out_of_the_build_context() -> None:
+    ignored = {
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    for pattern in (".venv", ".git", "*.db", "*.db-*", ".attend-cache", "benchmarks/results"):
+        assert pattern in ignored, pattern
+    assert "**/__pycache__" in ignored and ".env" in ignored
+    # nothing the Dockerfile copies is ignored
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY"):
+            for source in line.split()[1:-1]:
+                assert source not in ignored, source

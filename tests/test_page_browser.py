@@ -6,15 +6,18 @@ are hashed words, so a query word attends to the same word in the book).
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 import uvicorn
+from fastapi import FastAPI
 
 from conftest import FakeEncoder, free_port, write_jsonl
 from indexer import db, pipeline
@@ -62,17 +65,26 @@ def server(tmp_path: Path) -> Iterator[str]:
     )
     engine.dispose()
     app = create_app(ServiceSettings(database_url=url, device="cpu"), encoder=FakeEncoder())
+    with _serving(app) as base:
+        yield base
+
+
+@contextmanager
+def _serving(app: FastAPI) -> Iterator[str]:
+    """`app` on a free loopback port in a thread: its base URL."""
     port = free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while not srv.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert srv.started, "the server did not start"
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
 
 
 def test_search_explain_and_recommend_in_a_browser(server: str) -> None:
@@ -134,5 +146,94 @@ def test_api_docs_render_with_the_network_blocked(server: str) -> None:
             paths = {p.get_attribute("data-path") for p in operations.all()}
             assert {"/search", "/books/{book_id}", "/recommend"} <= paths
             assert blocked == []  # nothing was even asked of another host
+
+            # ReDoc too, whose sidebar logo came from Redocly's CDN (issue 24)
+            page.goto(server + "/redoc")
+            expect(page.get_by_text("API docs by Redocly")).to_be_visible(timeout=15_000)
+            expect(page.get_by_text("Search Get").first).to_be_attached()  # an operation
+            page.wait_for_load_state("networkidle")
+            assert blocked == []
         finally:
             browser.close()
+
+
+def test_the_first_page_explains_itself(server: str) -> None:
+    """Issue 24: the page was blank before the first search, and its figures (π 0.20, scale 19,
+    180 books in the softmax · entropy 1.97 nats) were for engineers. Now: example searches and a
+    plain legend at once, the technical figures behind a toggle."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(server + "/")
+            examples = page.locator("#examples .example")
+            expect(examples.first).to_be_visible(timeout=15_000)
+            assert examples.count() >= 3
+            assert page.locator("#results .hit").count() == 0  # before any search
+            legend = page.locator("#legend")
+            expect(legend).to_contain_text("share of the ranking")
+            expect(legend).to_contain_text("what the book is about")
+            assert not any(t.is_visible() for t in page.locator(".tech").all())
+
+            query = examples.nth(2).inner_text()
+            examples.nth(2).click()
+            expect(page.locator("#results .hit").first).to_be_visible(timeout=15_000)
+            assert page.input_value("#q") == query
+            expect(legend).to_contain_text("How much each part of the ranking counted")
+            expect(legend).to_contain_text("%")
+            expect(page.locator("#summary")).to_contain_text(f"of {len(BOOKS)} books")
+            technical = page.locator(".tech")
+            assert technical.count() > 0
+            assert not any(t.is_visible() for t in technical.all())  # π, scale, entropy hidden
+
+            page.check("#technical")
+            expect(technical.first).to_be_visible()
+            expect(legend).to_contain_text("π ")
+            expect(page.locator("#summary")).to_contain_text("in the softmax")
+            page.reload()  # the choice is remembered
+            expect(page.locator("#technical")).to_be_checked()
+        finally:
+            browser.close()
+
+
+@pytest.mark.model
+def test_the_readme_screenshot_of_the_demo_catalog(tmp_path: Path) -> None:
+    """The page as `make demo` shows it (the demo catalog, the real model, the service's
+    defaults): an example search clicked, two results liked, the first one opened. Saved in
+    tmp_path; with ATTEND_UPDATE_SCREENSHOT=1 also as the README's docs/screenshot.png."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from indexer.data import DEMO_CATALOG
+    from service.engine.startup import build_encoder
+
+    url = f"sqlite:///{tmp_path / 'attend.db'}"
+    engine = db.create_db_engine(url)
+    db.upgrade(engine)
+    settings = ServiceSettings(database_url=url, device="cpu", encoder_backend="torch")
+    encoder = build_encoder(settings)
+    pipeline.run(IndexSettings(database_url=url), engine=engine, encoder=encoder, path=DEMO_CATALOG)
+    engine.dispose()
+    shot = tmp_path / "screenshot.png"
+    with _serving(create_app(settings, encoder=encoder)) as base, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(base + "/")
+            page.locator("#examples .example", has_text="a desert planet").click()
+            hits = page.locator("#results .hit")
+            expect(hits.first).to_be_visible(timeout=60_000)
+            expect(hits.first).to_contain_text("Dune")
+            for i in (0, 1):
+                hits.nth(i).locator(".like").click()
+            expect(page.locator("#recommendations li").first).to_be_visible(timeout=60_000)
+            hits.first.click()
+            expect(page.locator("#explanation mark").first).to_be_visible(timeout=60_000)
+            expect(page.locator("#similar li").first).to_be_visible(timeout=60_000)
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("ATTEND_UPDATE_SCREENSHOT") == "1":
+        shutil.copyfile(shot, Path(__file__).resolve().parents[1] / "docs" / "screenshot.png")

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from indexer.catalog import columns
-from models.text import normalize_id
 from indexer.catalog.records import CatalogRecord
+from models.text import normalize_id
 
 MAX_ID_CHARS = 256
 MAX_LANGUAGE_CHARS = 64  # the column is VARCHAR(64)

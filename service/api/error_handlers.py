@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -11,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -41,21 +43,83 @@ NESTED_TOO_DEEP = (
 )
 
 
-def _validation_message(exc: RequestValidationError) -> str:
-    parts = []
+# What a client may have meant by a parameter the route does not take, where spelling alone
+# would not say (difflib finds `ofset` → `offset`, not `query` → `q`)
+_MEANT = {
+    "query": "q",
+    "search": "q",
+    "text": "q",
+    "limit": "k",
+    "top_k": "k",
+    "n": "k",
+    "size": "k",
+    "skip": "offset",
+    "page": "offset",
+}
+_LOCATIONS = ("query", "body", "path", "header", "cookie")
+
+
+def _validation_message(exc: RequestValidationError, request: Request | None = None) -> str:
+    """One sentence of every problem, unknown parameters first (`/search?query=dune` answered
+    `q: Field required; Extra inputs are not permitted`, naming neither `query` nor `q`)."""
+    unknown: list[str] = []
+    meant: set[str] = set()  # what the unknown names were taken for: not also "missing"
+    parts: list[tuple[str, str, str]] = []  # (where, message, error type)
     for err in exc.errors():
         if err.get("type") == "json_invalid":
             position = err["loc"][-1] if err.get("loc") else "?"
             reason = err.get("ctx", {}).get("error", "JSON decode error")
-            parts.append(f"the body is not valid JSON: {reason} at character {position}")
+            parts.append(("", f"the body is not valid JSON: {reason} at character {position}", ""))
             continue
         loc = tuple(err.get("loc", ()))
-        where = ".".join(str(p) for p in loc if p not in ("query", "body", "path"))
+        # the first element says where (query, body, path); the rest names the field, which
+        # may itself be called `query`
+        inside = loc[1:] if loc[:1] and loc[0] in _LOCATIONS else loc
+        where = ".".join(str(p) for p in inside)
+        if err.get("type") == "extra_forbidden" and len(inside) == 1 and request is not None:
+            message, guess = _unknown(str(inside[0]), loc[0], request)
+            unknown.append(message)
+            meant |= {guess} if guess else set()
+            continue
         if not where and loc[:1] == ("body",):
             where = "body"
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{where}: {msg}" if where else msg)
-    return "; ".join(parts) or "invalid request"
+        parts.append((where, f"{where}: {msg}" if where else msg, str(err.get("type"))))
+    rest = [m for where, m, kind in parts if not (kind == "missing" and where in meant)]
+    return "; ".join(unknown + rest) or "invalid request"
+
+
+def _unknown(name: str, location: object, request: Request) -> tuple[str, str | None]:
+    """`unknown parameter 'query' (did you mean 'q'?)`, from the names the route takes, and
+    the name it guessed."""
+    known = _names_taken(request, "body" if location == "body" else "query")
+    what = "body field" if location == "body" else "parameter"
+    meant = _MEANT.get(name.lower())
+    if meant not in known:
+        close = difflib.get_close_matches(name.lower().replace("-", "_"), known, n=1)
+        meant = close[0] if close else None
+    if meant is not None:
+        return f"unknown {what} {name!r} (did you mean {meant!r}?)", meant
+    return f"unknown {what} {name!r} (this endpoint takes {', '.join(known) or 'none'})", None
+
+
+def _names_taken(request: Request, location: str) -> list[str]:
+    """The query parameters (or body fields) of the route that answered: a parameter model's
+    fields one by one."""
+    stack = [getattr(request.scope.get("route"), "dependant", None)]
+    names: list[str] = []
+    while stack:
+        dependant = stack.pop()
+        if dependant is None:
+            continue
+        stack.extend(dependant.dependencies)
+        for field in dependant.query_params if location == "query" else dependant.body_params:
+            model = field.field_info.annotation
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                names += [f.alias or n for n, f in model.model_fields.items()]
+            else:
+                names.append(field.alias)
+    return list(dict.fromkeys(names))
 
 
 def _not_json(request: Request, exc: RequestValidationError) -> str | None:
@@ -165,7 +229,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         if message := _not_json(request, exc):
             return JSONResponse({"detail": message}, status_code=415)
-        return JSONResponse({"detail": _validation_message(exc)}, status_code=422)
+        return JSONResponse({"detail": _validation_message(exc, request)}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:

@@ -26,7 +26,7 @@ from service.api.book_paths import EncodedSlashes
 from service.api.error_handlers import install_error_handlers
 from service.api.guards import BodySizeLimit, Utf8Url
 from service.api.metrics import GaugeReader, Metrics
-from service.api.routes import admin, books, explain, health, page, recommend, search
+from service.api.routes import admin, books, explain, health, page, recommend, redoc, search
 from service.api.telemetry import RequestTelemetry
 from service.engine.explainer import Explainer
 from service.engine.notify import follow_generations
@@ -153,8 +153,10 @@ def create_app(
         finally:
             engine.dispose()
 
-    # FastAPI's own /docs and /redoc load their scripts from a CDN: blank pages offline
+    # FastAPI's own /docs and /redoc load their scripts from a CDN: blank pages offline;
+    # /redoc is ours (routes/redoc.py), which keeps ReDoc's logo from its CDN too
     app = FastAPIOffline(
+        redoc_url=None,
         title="Attend",
         summary="Semantic book search ranked by attention, with the weights in every answer.",
         version="0.1.0",
@@ -176,6 +178,7 @@ def create_app(
     app.include_router(recommend.router)
     app.include_router(books.router)
     app.include_router(health.router)
+    app.include_router(redoc.router)
     app.state.admin_token = settings.admin_token
     if settings.admin_token is not None:  # no token: the admin endpoints do not exist
         app.include_router(admin.router)

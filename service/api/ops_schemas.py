@@ -13,6 +13,12 @@ class Health(BaseModel):
     model: str
     device: str
     generation: int | None = Field(None, description="The index generation being served.")
+    index_id: str | None = Field(
+        None,
+        description="The identity of the database the index was read from (a random id written "
+        "when it was made; a database dropped and re-created gets another). `attend search` "
+        "asks this server only when its database has the same id and generation.",
+    )
 
 
 class Ready(BaseModel):

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import json
 import logging
 import math
 import resource
+import socket
 import time
 
 import h11
@@ -39,6 +41,9 @@ from service.api.guards import send_error
 from service.settings import ServiceSettings
 
 logger = logging.getLogger(__name__)
+
+# uvicorn's exit status when its start-up (our lifespan: the model and the index) failed
+STARTUP_FAILURE = 3
 
 # File descriptors kept for everything but client sockets: the database pool, the model's files,
 # log handlers, the listening socket, and headroom.
@@ -206,14 +211,66 @@ def limits_of(settings: ServiceSettings) -> Limits:
     )
 
 
-def serve(app: ASGIApp, settings: ServiceSettings) -> None:
-    """Serve `app` on the settings' host and port until SIGINT or SIGTERM, within their limits."""
+class PortUnavailableError(OSError):
+    """The host and port `attend serve` was given cannot be listened on; the message says what
+    to change."""
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to `host:port`, before the model and the index load (3-54 s): a port in
+    use fails at once, with what to do, instead of after the load with uvicorn's traceback-like
+    `[Errno 98]`. It listens only once uvicorn starts, so a client meanwhile is refused, as
+    before, rather than queued behind the load."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise PortUnavailableError(
+            f"cannot listen on {host!r}: not an address or a known host name ({e.strerror}); "
+            "give an interface with --host or ATTEND_HOST (e.g. 127.0.0.1)"
+        ) from e
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's create_server
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise PortUnavailableError(_bind_problem(host, port, e)) from e
+    return sock
+
+
+def _bind_problem(host: str, port: int, e: OSError) -> str:
+    where = f"{host}:{port}"
+    if e.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} is already in use on {host} (another `attend serve`?): stop it, or "
+            f"serve on another port with --port N or ATTEND_PORT=N"
+        )
+    if e.errno == errno.EACCES:
+        return (
+            f"not allowed to listen on {where} (ports below 1024 need privileges): serve on "
+            "another port with --port N or ATTEND_PORT=N"
+        )
+    if e.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"cannot listen on {where}: {host} is not an address of this machine; give one of "
+            "its interfaces with --host or ATTEND_HOST (e.g. 127.0.0.1, or 0.0.0.0 for all)"
+        )
+    return (
+        f"cannot listen on {where} ({e.strerror}): check --host or ATTEND_HOST, and --port or "
+        "ATTEND_PORT"
+    )
+
+
+def serve(app: ASGIApp, settings: ServiceSettings, sock: socket.socket) -> None:
+    """Serve `app` on `sock` (bound by `bind` to the settings' host and port) until SIGINT or
+    SIGTERM, within their limits."""
     host, port = settings.host, settings.port
     limits = limits_of(settings)
     bounded = dataclasses.replace(limits, max_connections=connection_bound(limits.max_connections))
     logger.info(
-        "serving on %s:%d: headers ≤ %d bytes and %d fields, in %.0f s; bodies in %.0f s; "
-        "≤ %d connections",
+        "bound %s:%d; headers ≤ %d bytes and %d fields, in %.0f s; bodies in %.0f s; "
+        "≤ %d connections; serving once the index is loaded",
         host,
         port,
         bounded.max_header_bytes,
@@ -222,7 +279,7 @@ def serve(app: ASGIApp, settings: ServiceSettings) -> None:
         bounded.body_timeout_s,
         bounded.max_connections,
     )
-    uvicorn.run(
+    config = uvicorn.Config(
         MaxHeaders(app, bounded.max_headers),
         host=host,
         port=port,
@@ -235,3 +292,23 @@ def serve(app: ASGIApp, settings: ServiceSettings) -> None:
         log_config=None,  # uvicorn's loggers propagate to ours (configure_logging)
         access_log=False,  # service.api.telemetry logs every request, without its query string
     )
+    server = _Server(config)
+    try:
+        server.run(sockets=[sock])  # what uvicorn.run does, on our socket
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    if not server.started:  # the lifespan failed, and logged why
+        raise SystemExit(STARTUP_FAILURE)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which says where it serves once it does (with sockets of its caller's,
+    uvicorn says nothing)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
+            logger.info("serving on http://%s:%d", host, self.config.port)

@@ -15,14 +15,16 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
-def healthz(index: IndexDep) -> Health:
-    """The process is up and holds the index in memory."""
+def healthz(index: IndexDep, watcher: WatcherDep) -> Health:
+    """The process is up and holds the index in memory: which one (model, generation, the
+    database's identity)."""
     return Health(
         status="ok",
         catalog_size=len(index),
         model=index.model,
         device=str(index.device),
         generation=index.generation,
+        index_id=watcher.index_id if watcher is not None else None,
     )
 
 

@@ -30,15 +30,57 @@ function headNames(response) {
   return response.heads ? Object.keys(response.heads) : [];
 }
 
+// Searches that show what the ranking does on the demo catalog (and read well on most others).
+const EXAMPLES = [
+  "generative AI",
+  "how databases work inside",
+  "a desert planet and its spice",
+  "children's stories about animals",
+  "the rise and fall of empires",
+];
+
+// The parts of the ranking, in words a reader who is not an engineer follows.
+const HEADS = {
+  title: "the title",
+  description: "what the book is about",
+  lexical: "your exact words",
+};
+const headLabel = (name) => HEADS[name] || name;
+
+// The technical figures (π, scale, softmax size, entropy) are in the page but shown only with
+// the toggle: `.tech` spans, visible under `body.show-tech`.
+const tech = (text) => el("span", { class: "tech", text });
+
+function renderExamples() {
+  for (const q of EXAMPLES) {
+    const b = el("button", { type: "button", class: "example", text: q });
+    b.addEventListener("click", () => { $("q").value = q; search(q); });
+    $("examples").append(b);
+  }
+}
+
 function renderLegend(response) {
   const legend = $("legend");
-  legend.replaceChildren();
-  for (const name of headNames(response)) {
-    const h = response.heads[name];
-    legend.append(el("span", {},
-      el("span", { class: `swatch seg ${name}` }),
-      `${name} head: π ${h.weight.toFixed(2)}, scale ${h.scale}`));
+  const names = response ? headNames(response) : Object.keys(HEADS);
+  legend.replaceChildren(el("span", { class: "legend-intro",
+    text: response ? "How much each part of the ranking counted:" :
+      "Each result’s bar is its share of the ranking, coloured by what counted:" }));
+  for (const name of names) {
+    const h = response ? response.heads[name] : null;
+    const part = el("span", { class: "legend-part" }, el("span", { class: `swatch seg ${name}` }),
+      headLabel(name));
+    if (h) {
+      part.append(` ${h.abstained ? "not used (no word of the query is in the catalog)" : pct(h.weight)}`);
+      part.append(tech(` (${name} head: π ${h.weight.toFixed(2)}, scale ${h.scale})`));
+    }
+    legend.append(part);
   }
+}
+
+function setTechnical(on) {
+  document.body.classList.toggle("show-tech", on);
+  $("technical").checked = on;
+  try { localStorage.setItem("attend-technical", on ? "1" : ""); } catch (e) { /* private mode */ }
 }
 
 function weightBar(hit, top) {
@@ -49,7 +91,7 @@ function weightBar(hit, top) {
       if (h.share > 0) {
         bar.append(el("div", {
           class: `seg ${name}`, "data-head": name, style: `width:${width(h.share)}`,
-          title: `${name}: ${pct(h.share / hit.weight)} of the weight (score ${h.score.toFixed(3)})`,
+          title: `${headLabel(name)}: ${pct(h.share / hit.weight)} of this book’s share (${name} score ${h.score.toFixed(3)})`,
         }));
       }
     }
@@ -65,9 +107,12 @@ async function search(q) {
   try {
     const res = await api(`/search?q=${encodeURIComponent(q)}&k=10`);
     renderLegend(res);
-    const flag = res.no_strong_match ? el("span", { class: "flag", text: " · no strong match" }) : "";
+    const flag = res.no_strong_match ?
+      el("span", { class: "flag", text: " · no strong match: no book stands out, these are weak answers" }) : "";
     const entropy = res.entropy != null ? ` · entropy ${res.entropy.toFixed(2)} nats` : "";
-    $("summary").replaceChildren(`${res.matched} books in the softmax${entropy}`, flag);
+    $("summary").replaceChildren(
+      `Compared with ${res.matched} of ${res.catalog_size} books; the best ${res.results.length} shown`,
+      tech(` · ${res.matched} books in the softmax${entropy}`), flag);
     const top = res.results.length ? res.results[0].weight : 1;
     $("results").replaceChildren(...res.results.map((hit) => resultItem(hit, top)));
   } catch (err) {
@@ -166,5 +211,11 @@ $("search-form").addEventListener("submit", (ev) => {
   const q = $("q").value.trim();
   if (q) search(q);
 });
+$("technical").addEventListener("change", (ev) => setTechnical(ev.target.checked));
+let technical = false;
+try { technical = Boolean(localStorage.getItem("attend-technical")); } catch (e) { /* private mode */ }
+setTechnical(technical);
+renderExamples();
+renderLegend(null);
 const initial = new URLSearchParams(location.search).get("q");
 if (initial) { $("q").value = initial; search(initial); }
