@@ -34,7 +34,10 @@ import numpy as np
 from benchmarks.relevance_queries import QUERIES, Labelled
 
 KINDS = ("names", "subjects", "intents", "similar")
-_SERIES = re.compile(r"\(([^()]*?)[,;]?\s*#\s*[\d.]+(?:\s*-+\s*[\d.]+)?\)\s*$")
+# the title's closing marker, "(Discworld  #30)" or "(Discworld  #14; Witches #4)", and its first
+# part's series name (a book of two series is graded by its first)
+_MARKER = re.compile(r"\(([^()]*#[^()]*)\)\s*$")
+_FIRST = re.compile(r"^\s*(.*?)[,]?\s*#\s*[\d.]+(?:\s*-+\s*[\d.]+)?\s*(?:;|$)")
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,9 @@ def load_books(path: Path) -> list[Book]:
 
 def series_of(title: str) -> str | None:
     """The series a title names ("discworld" for "Mort (Discworld  #4)"), None without one."""
-    m = _SERIES.search(title)
-    return " ".join(m.group(1).casefold().split()) or None if m else None
+    m = _MARKER.search(title)
+    first = _FIRST.match(m.group(1)) if m else None
+    return " ".join(first.group(1).casefold().split()) or None if first else None
 
 
 def _acceptable(label: Labelled, books: Sequence[Book]) -> dict[int, int]:

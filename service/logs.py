@@ -76,6 +76,9 @@ def configure_logging(level: str | int, *, json_lines: bool = False) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(numeric)
+    # Alembic names each of its plugins at INFO when it is first imported, which is now lazily,
+    # after this (indexer/db.py): a dozen lines of noise before a command's first real one
+    logging.getLogger("alembic.runtime.plugins").setLevel(max(numeric, logging.WARNING))
 
 
 def cli_level(verbosity: int) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.engine.catalog_names import CatalogNames, fold, series_key
+from service.engine.catalog_names import CatalogNames, fold, series_keys
 
 BOOKS = [  # (title, authors, description)
     ("Neuromancer", ["William Gibson"], "a hacker in cyberspace"),
@@ -14,6 +14,7 @@ BOOKS = [  # (title, authors, description)
     ("Mort (Discworld, #4)", ["Terry Pratchett"], "death takes an apprentice"),
     ("Small Gods (Discworld  #13)", ["Terry Pratchett"], "a tortoise god"),
     ("Good Omens", ["Terry Pratchett", "Neil Gaiman"], "the end of the world"),
+    ("Lords and Ladies (Discworld  #14; Witches #4)", ["Terry Pratchett"], "elves return"),
     ("The Left Hand of Darkness", ["Ursula K. Le Guin"], "a planet of ambisexual people"),
     ("The Call of the Wild", ["Jack London"], "a dog in the Klondike"),
     ("White Fang", ["Jack London"], "a wolf dog"),
@@ -51,10 +52,14 @@ def test_an_author_is_a_whole_name_not_its_words(names: CatalogNames) -> None:
 
 
 def test_a_series_is_the_key_of_the_titles_marker(names: CatalogNames) -> None:
-    assert series_key("Mort (Discworld, #4)") == series_key("Small Gods (Discworld  #13)")
-    assert series_key("Harry Potter Boxed Set (Harry Potter, #1-7)") == "harry potter"
-    assert series_key("Good Omens") is None
-    assert names.series_mates(row("Mort (Discworld, #4)")) == [row("Small Gods (Discworld  #13)")]
+    assert series_keys("Mort (Discworld, #4)") == series_keys("Small Gods (Discworld  #13)")
+    assert series_keys("Harry Potter Boxed Set (Harry Potter, #1-7)") == ("harry potter",)
+    assert series_keys("Lords and Ladies (Discworld  #14; Witches #4)") == ("discworld", "witches")
+    assert series_keys("Good Omens") == () == series_keys("Catch-22 (a novel)")
+    assert names.series_mates(row("Mort (Discworld, #4)")) == [
+        row("Small Gods (Discworld  #13)"),
+        row("Lords and Ladies (Discworld  #14; Witches #4)"),
+    ]
     assert names.series_mates(row("Good Omens")) == []  # Pratchett's, but of no series
 
 
@@ -104,3 +109,25 @@ def test_a_misspelling_is_read_only_when_it_is_no_word_and_one_author_word_is_ne
     assert named is not None and named.name == "Terry Pratchett"
     # a word of the catalog is never corrected, even one edit from a name
     assert catalog.recognise("pratchet", lambda w: True) is None
+
+
+def test_a_bare_name_the_catalog_holds_mostly_as_a_subject_names_no_author() -> None:
+    """One book by Lincoln and three about him: "abraham lincoln" alone is the subject, while
+    "books by abraham lincoln" still asks for his book."""
+    books = [
+        ("Selected Speeches", ["Abraham Lincoln"], "the president's speeches"),
+        ("Team of Rivals", ["Doris Kearns Goodwin"], "Abraham Lincoln and his cabinet"),
+        ("Lincoln at Gettysburg", ["Garry Wills"], "Abraham Lincoln's address"),
+        ("Lincoln", ["Gore Vidal"], "a novel of Abraham Lincoln in the White House"),
+    ]
+    titles, authors, descriptions = zip(*books, strict=True)
+    catalog = CatalogNames(list(titles), [list(a) for a in authors], list(descriptions))
+
+    def holding(text: str) -> list[int]:
+        words = set(fold(text))
+        return [r for r, (t, a, d) in enumerate(books) if words <= set(fold(" ".join([t, *a, d])))]
+
+    assert catalog.recognise("abraham lincoln", lambda w: True, holding) is None
+    named = catalog.recognise("books by abraham lincoln", lambda w: True, holding)
+    assert named is not None and named.intent == "by" and named.rows == (0,)
+    assert catalog.recognise("abraham lincoln", lambda w: True) is not None  # no texts: a name

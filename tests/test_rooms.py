@@ -93,7 +93,8 @@ def test_a_search_goes_down_through_the_rooms_and_back(
     # on PostgreSQL the generation listener's) starts in the engine
     firsts = [rooms[0] for rooms in recorder.visited.values()]
     assert "service/api" in firsts and set(firsts) <= {"service/api", "service/engine"}
-    assert ["service/api", "service/engine"] in [r[:2] for r in recorder.visited.values()]
+    # (the API may reach models first: its schemas normalise the query with models.text)
+    assert any(r[0] == "service/api" and "service/engine" in r for r in recorder.visited.values())
     assert {"indexer", "models"} <= {room for r in recorder.visited.values() for room in r}
     upward = [c for c in recorder.crossings if ROOMS[c[1]] < ROOMS[c[0]]]
     assert not upward, upward  # e.g. the engine calling back into the API, models into the engine

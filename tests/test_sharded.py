@@ -36,10 +36,17 @@ from service.settings import ServiceSettings
 pytestmark = pytest.mark.model
 QUERIES = ["generative AI", "the history of Rome", "a picture book about a bear", "databases"]
 # plus an author's name (the lexical head's strength) and words in no book (it abstains)
-SEARCHES = [*QUERIES, "Kleppmann", "qwertyuiop asdfghjkl"]
+# names that the author head answers ("by": his books; "about": the others), and none
+SEARCHES = [
+    *QUERIES,
+    "Kleppmann",
+    "books by tolkien",
+    "a biography of tolkien",
+    "qwertyuiop asdfghjkl",
+]
 SCALE = 20.0
-SCALES = {"title": SCALE, "description": SCALE, "lexical": 1.0}
-DEFAULT_HEADS = parse_heads("title:0.3,description:0.4,lexical:0.3")
+SCALES = {"title": SCALE, "description": SCALE, "lexical": 1.0, "author": 10.0, "series": 5.0}
+DEFAULT_HEADS = parse_heads("title:0.3,description:0.4,lexical:0.3,author:1")
 
 
 @pytest.fixture(scope="module")
@@ -300,7 +307,9 @@ def test_sharded_search_answers_like_one_process(
         _close(asdict(g), asdict(w))
     assert any(r.results for r in want)
     if heads is None and not filters:  # the lexical head answers, or abstains without a word
-        assert "lexical" in want[4].heads.weights and "lexical" in want[5].heads.abstained
+        assert "lexical" in want[4].heads.weights and "lexical" in want[-1].heads.abstained
+        assert want[-3].author is not None and want[-3].author.intent == "by"  # books by tolkien
+        assert want[-2].author is not None and want[-2].author.intent == "about"
 
 
 def _hit(hit: Hit) -> dict[str, Any]:
@@ -323,7 +332,8 @@ def test_sharded_ranking_with_heads_and_filters_per_query(
     encoder: SentenceTransformerEncoder, single: ServedIndex, sharded: ServedIndex
 ) -> None:
     """One batch whose queries each have their own heads and filters ((B, N) masks)."""
-    q = encoder.encode(SEARCHES)
+    texts = [*QUERIES[:4], "Kleppmann", "qwertyuiop asdfghjkl", "books by tolkien", "tolkien"]
+    q = encoder.encode(texts)
     heads = [
         DEFAULT_HEADS,
         parse_heads("title:1"),
@@ -331,6 +341,8 @@ def test_sharded_ranking_with_heads_and_filters_per_query(
         parse_heads("description:0.5,lexical:0.5"),
         parse_heads("title:0.2,description:0.8"),
         parse_heads("lexical:1"),  # abstains: uniform over the matched books
+        parse_heads("author:1"),  # Tolkien's books alone
+        DEFAULT_HEADS,
     ]
     filters = [
         Filters(),
@@ -339,13 +351,18 @@ def test_sharded_ranking_with_heads_and_filters_per_query(
         Filters(language="zz"),  # nothing left
         Filters(year_max=2015),
         Filters(),
+        Filters(),
+        Filters(year_max=1950),  # The Hobbit, not The Fellowship of the Ring
     ]
     args: dict[str, Any] = {"k": 20, "heads": heads, "scales": SCALES}
-    want = rank_queries(single, q, SEARCHES, filters=filters, **args)
-    got = rank_queries(sharded, q, SEARCHES, filters=filters, **args)
+    want = rank_queries(single, q, texts, filters=filters, **args)
+    got = rank_queries(sharded, q, texts, filters=filters, **args)
     _same_rankings(got, want)
     assert want[3].matched == 0 and got[3].hits == []
     assert len(want[5].hits) == 20 and want[5].head_weights == {"lexical": 1.0}
+    assert want[6].head_weights == {"author": 1.0}  # the 2 books of his, then weight 0
+    assert [single.books.authors[h.row] for h in want[6].hits[:2]] == [["J. R. R. Tolkien"]] * 2
+    assert math.isclose(sum(h.weight for h in want[6].hits[:2]), 1.0, rel_tol=1e-9)
 
 
 def _disagreeing_index(n: int = 2000) -> store.LoadedIndex:
@@ -402,6 +419,7 @@ BOOK_HEADS = [
     "description:1",
     "lexical:1",
     "title:0.3,description:0.3,lexical:0.4",
+    "author:1,series:1",  # the scored heads over the shards' description keys alone
 ]
 
 

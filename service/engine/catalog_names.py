@@ -21,13 +21,15 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass
 
 from models.text import normalize_text
 
-# "(Discworld, #30)", "(The Lord of the Rings  #1)", "(Harry Potter #6-7)"
-_SERIES = re.compile(r"\(([^()]*?)[,;]?\s*#\s*[\d.]+(?:\s*-+\s*[\d.]+)?\)\s*$")
+# a title's closing marker: "(Discworld, #30)", "(The Lord of the Rings  #1)", "(Harry Potter
+# #6-7)", "(Discworld  #14; Witches #4)": each ";"-part a series and the book's number in it
+_MARKER = re.compile(r"\(([^()]*#[^()]*)\)\s*$")
+_PART = re.compile(r"^(.*?)[,]?\s*#\s*[\d.]+(?:\s*-+\s*[\d.]+)?$")
 _WORD = re.compile(r"[^\W_]+")
 # the particles that belong to a surname: "Ursula K. Le Guin" → "le guin"
 _PARTICLES = frozenset(
@@ -70,10 +72,19 @@ def fold(text: str) -> list[str]:
     return _WORD.findall(bare.casefold())
 
 
-def series_key(title: str) -> str | None:
-    """The series a title names ("discworld" for "Mort (Discworld  #4)"), None without one."""
-    m = _SERIES.search(title)
-    return " ".join(fold(m.group(1))) or None if m else None
+def series_keys(title: str) -> tuple[str, ...]:
+    """The series a title names: ("discworld",) for "Mort (Discworld  #4)", ("discworld",
+    "witches") for "Lords and Ladies (Discworld  #14; Witches #4)", () without a marker."""
+    m = _MARKER.search(title)
+    if not m:
+        return ()
+    keys = []
+    for part in m.group(1).split(";"):
+        named = _PART.match(part.strip())
+        key = " ".join(fold(named.group(1))) if named else ""
+        if key and key not in keys:
+            keys.append(key)
+    return tuple(keys)
 
 
 def surname(tokens: Sequence[str]) -> tuple[str, ...]:
@@ -116,11 +127,11 @@ class CatalogNames:
                     self._author_rows.setdefault(key, []).append(row)
                     self._display.setdefault(key, name)
             self._row_authors.append(tuple(keys))
-        self._row_series = [series_key(t) for t in titles]
+        self._row_series = [series_keys(t) for t in titles]
         self._series_rows: dict[str, list[int]] = {}
-        for row, s in enumerate(self._row_series):
-            if s is not None:
-                self._series_rows.setdefault(s, []).append(row)
+        for row, keys in enumerate(self._row_series):
+            for key in keys:
+                self._series_rows.setdefault(key, []).append(row)
         # what a query's words can name: a full name, the name without its initials, any
         # ending of two or more words of that ("garcia marquez", "le guin"), and a surname
         self._phrases: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
@@ -169,19 +180,26 @@ class CatalogNames:
         return sorted(mates)
 
     def series_mates(self, row: int) -> list[int]:
-        """The other books of the book's series, in catalog order."""
-        s = self._row_series[row]
-        return [r for r in self._series_rows.get(s, []) if r != row] if s else []
-
-    def series(self, row: int) -> str | None:
-        return self._row_series[row]
+        """The other books of the book's series (any of them), in catalog order."""
+        mates = {r for key in self._row_series[row] for r in self._series_rows[key]}
+        mates.discard(row)
+        return sorted(mates)
 
     # ---- a typed query
 
-    def recognise(self, query: str, known: Callable[[str], bool]) -> NamedAuthor | None:
+    def recognise(
+        self,
+        query: str,
+        known: Callable[[str], bool],
+        holding: Callable[[str], Sized] | None = None,
+    ) -> NamedAuthor | None:
         """The author `query` names, if any: the longest run of its words that is a name of
         the index (after fixing a misspelt word: one that `known` says is no word of the
-        catalog and that is one edit from exactly one author word)."""
+        catalog and that is one edit from exactly one author word). A query that is a name and
+        nothing else names no author where `holding` (the books whose text holds every word of
+        a text) says over twice as many books by others hold the name as the author wrote:
+        "abraham lincoln" over a catalog of one book by Lincoln and four about him is a
+        subject; "jane austen", 11 books by her and 12 that name her, is her."""
         words = [self._corrected(w, known) for w in fold(query)]
         for n in range(min(MAX_NAME_TOKENS, len(words)), 0, -1):
             for i in range(len(words) - n + 1):
@@ -193,6 +211,10 @@ class CatalogNames:
                     continue
                 rows = sorted({r for key in keys for r in self._author_rows[key]})
                 name = self._display[max(keys, key=lambda k: len(self._author_rows[k]))]
+                if n == len(words) and holding is not None:  # the name alone
+                    others = len(holding(" ".join(form))) - len(rows)
+                    if others > 2 * len(rows):  # clearly more a subject than an author
+                        return None
                 intent = "about" if _asks_about(words[:i], words[i + n :]) else "by"
                 return NamedAuthor(name, tuple(rows), intent, form)
         return None

@@ -90,6 +90,18 @@ class LexicalIndex:
         """Whether `word` is a word of the catalog (after stemming; stop words are not)."""
         return bool(self.terms(word))
 
+    def holding(self, text: str) -> np.ndarray:
+        """The rows of the books whose document holds every term of `text` (none for a text
+        without a known term): each term's posting list is its column of the score matrix."""
+        ids = sorted({self._ids[t] for t in self.terms(text)})
+        if not ids or not self.size:
+            return np.zeros(0, dtype=np.int64)
+        indptr, indices = self._bm25.scores["indptr"], self._bm25.scores["indices"]
+        rows = indices[indptr[ids[0]] : indptr[ids[0] + 1]]
+        for i in ids[1:]:
+            rows = np.intersect1d(rows, indices[indptr[i] : indptr[i + 1]], assume_unique=True)
+        return np.asarray(rows, dtype=np.int64)
+
     def _topic_terms(self, text: str) -> list[int]:
         """The ids of `text`'s TOPIC_TERMS terms of highest tf · idf held by 2 or more books."""
         counts = Counter(self._ids[t] for t in self.terms(text))

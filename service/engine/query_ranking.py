@@ -84,7 +84,8 @@ def rank_queries(
     B = q.shape[0]
     if len(index) == 0:
         return [Ranking([], 0, dict(h), (), 0.0, 0) for h in heads]
-    named = [index.names.recognise(t, index.lexical.knows) for t in texts]
+    lexical = index.lexical
+    named = [index.names.recognise(t, lexical.knows, lexical.holding) for t in texts]
     filters = [about(index, f, n) for f, n in zip(filters or [Filters()] * B, named, strict=True)]
     mask = index.filters.batch_mask(filters)
     asked = {h for w in heads for h, v in w.items() if v > 0}
