@@ -21,7 +21,6 @@ import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 

@@ -119,7 +119,7 @@ class CatalogNames:
         self._display: dict[tuple[str, ...], str] = {}
         self._row_authors: list[tuple[tuple[str, ...], ...]] = []
         for row, names in enumerate(authors):
-            keys = []
+            keys: list[tuple[str, ...]] = []
             for name in names:
                 key = tuple(fold(name))[:MAX_NAME_TOKENS]
                 if key and key not in keys and key not in _NOT_AUTHORS:
@@ -129,9 +129,9 @@ class CatalogNames:
             self._row_authors.append(tuple(keys))
         self._row_series = [series_keys(t) for t in titles]
         self._series_rows: dict[str, list[int]] = {}
-        for row, keys in enumerate(self._row_series):
-            for key in keys:
-                self._series_rows.setdefault(key, []).append(row)
+        for row, series in enumerate(self._row_series):
+            for one in series:
+                self._series_rows.setdefault(one, []).append(row)
         # what a query's words can name: a full name, the name without its initials, any
         # ending of two or more words of that ("garcia marquez", "le guin"), and a surname
         self._phrases: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
