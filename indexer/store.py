@@ -300,6 +300,37 @@ def book_descriptions(
     return [found.get(book_id) for book_id in book_ids]
 
 
+# the metadata fields a catalog's subject headings, genres or tags come under (CSV or JSONL)
+SUBJECT_FIELDS = ("subjects", "subject", "genres", "genre", "tags", "categories")
+
+
+def book_subjects(
+    *, session: Session, book_ids: Sequence[str], generation: int | None = None
+) -> list[tuple[str, ...]]:
+    """The subject headings (or genres, tags: `SUBJECT_FIELDS`, the first a book has) of
+    `book_ids` in `generation` (default: the active one), in their order: a list of strings,
+    or one string of `;`-separated headings. () for a book without any."""
+    if generation is None:
+        generation = active_generation_id(session=session)
+    if generation is None:
+        return [()] * len(book_ids)
+    stmt = select(Book.id, Book.extra).where(visible_at(generation))
+    found = {book_id: _subjects(extra or {}) for book_id, extra in session.execute(stmt)}
+    return [found.get(book_id, ()) for book_id in book_ids]
+
+
+def _subjects(extra: dict[str, Any]) -> tuple[str, ...]:
+    for name in SUBJECT_FIELDS:
+        value = extra.get(name)
+        if isinstance(value, str):
+            value = value.split(";")
+        if isinstance(value, list):
+            found = tuple(v.strip() for v in value if isinstance(v, str) and v.strip())
+            if found:
+                return found
+    return ()
+
+
 def count_books(*, session: Session, generation: int | None = None) -> int:
     """Books in `generation` (default: the active one)."""
     if generation is None:

@@ -40,7 +40,7 @@ class ServiceSettings(StoreSettings, RaySettings):
         "benchmarks.relevance), every kind of query at once.",
     )
     head_scales: str = Field(
-        "title:19,description:25,lexical:1.1,author:10,series:25",
+        "title:19,description:25,lexical:1.1,author:10,series:25,subjects:5",
         description="Each head's softmax scale (inverse temperature) in a search: logits = "
         "scale · q·k for a field head (the author and series heads: with the description "
         "keys), scale · BM25 for the lexical head. The title, description and lexical scales "
@@ -48,16 +48,17 @@ class ServiceSettings(StoreSettings, RaySettings):
         "suite's queries; the author head's, flatter, so that an author's books all count.",
     )
     similar_heads: str = Field(
-        "title:0.05,description:0.2,lexical:0.1,author:0.6,series:2",
+        "title:0.05,description:0.2,lexical:0.1,author:0.6,series:2,subjects:2",
         description="Default head weights of similar books and recommendations (a book as the "
         "query: its title and description keys, its description's topic terms for BM25, its "
-        "authors' other books and its series' other books). A head without evidence for the "
+        "authors' other books, its series' other books and the books under one of its subject "
+        "headings, where the catalog has them). A head without evidence for the "
         "book abstains, so a series book gets its series mates first, then its author's "
         "books, and a standalone book its topical neighbours. Chosen on the suite's series, "
         "topical and recommend queries.",
     )
     similar_head_scales: str = Field(
-        "title:19,description:25,lexical:0.9,author:5,series:2",
+        "title:19,description:25,lexical:0.9,author:5,series:2,subjects:10",
         description="Each head's softmax scale with a book as the query: title and description "
         "as in a search, lexical calibrated like head_scales (4 nats over a book's topic "
         "terms), the author and series heads flat, so that a series' tenth book still outweighs "

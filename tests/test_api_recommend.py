@@ -175,7 +175,8 @@ def test_similar_finds_the_series_then_the_author(series: TestClient) -> None:
     body = series.get("/books/mort/similar", params={"k": 4}).json()
     ids = [h["id"] for h in body["results"]]
     assert ids[:2] == ["gods", "omens"], ids
-    assert set(body["heads"]) == {"title", "description", "lexical", "author", "series"}
+    assert set(body["heads"]) == {"title", "description", "lexical", "author", "series", "subjects"}
+    assert body["heads"]["subjects"]["abstained"]  # a catalog without subject headings
     assert body["results"][0]["heads"]["series"]["share"] > 0  # from its series mate
     assert body["results"][1]["heads"]["series"]["share"] == 0  # Good Omens: no series
     assert body["results"][1]["heads"]["author"]["share"] > 0  # but Pratchett's
@@ -232,3 +233,41 @@ def test_heads_without_evidence_for_a_book_abstain(series: TestClient) -> None:
     assert math.isclose(sum(body["heads"][h]["weight"] for h in used), 1.0)
     for hit in body["results"]:
         assert set(hit["heads"]) == used
+
+
+SHELVED = [
+    {
+        "id": "hp",
+        "title": "Harry Potter",
+        "description": "an orphan boy at a boarding school",
+        "subjects": ["Fantasy", "children's books"],
+    },
+    {
+        "id": "catcher",
+        "title": "The Catcher",
+        "description": "an orphan boy at a boarding school",
+        "subjects": ["coming of age"],
+    },
+    {
+        "id": "hobbit",
+        "title": "The Hobbit",
+        "description": "a dragon and a burglar",
+        "subjects": "fantasy; adventure",
+    },
+    {"id": "plain", "title": "Plain", "description": "an orphan boy at a boarding school"},
+]
+
+
+def test_a_book_under_subject_headings_gets_the_books_under_them(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """The catalog's own headings (metadata `subjects`, a list or a `;`-separated string) are
+    evidence of their own: the Hobbit, which shares "fantasy" with Harry Potter, outweighs two
+    books with Harry Potter's very description but no heading in common."""
+    with serve_books(engine, tmp_path, SHELVED) as client:
+        body = client.get("/books/hp/similar", params={"k": 3}).json()
+        assert [h["id"] for h in body["results"]][0] == "hobbit", body["results"]
+        assert body["results"][0]["heads"]["subjects"]["share"] > 0
+        assert not body["heads"]["subjects"]["abstained"]
+        lonely = client.get("/books/plain/similar").json()  # no headings at all
+        assert lonely["heads"]["subjects"]["abstained"]

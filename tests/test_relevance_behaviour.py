@@ -118,11 +118,17 @@ def test_a_shared_first_name_alone_makes_no_book_similar(client: TestClient) -> 
     assert body["heads"]["series"]["abstained"]  # Neuromancer has no series marker here
 
 
-def test_a_standalone_book_is_carried_by_its_topic(client: TestClient) -> None:
+def test_a_standalone_book_is_carried_by_its_topic_and_headings(client: TestClient) -> None:
+    """Harry Potter, the demo's only Rowling and in no series: its headings (children's books,
+    fantasy, young adult) and its keys carry it, and its title's "Philosopher" does not."""
     body = similar(client, "harry-potter-philosophers-stone-rowling")
     assert body["heads"]["author"]["abstained"] and body["heads"]["series"]["abstained"]
     titles = [h["title"] for h in body["results"]]
     assert "The Republic" not in titles and "Beyond Good and Evil" not in titles, titles
+    shelves = {"children's books", "fantasy", "young adult", "picture books"}
+    for hit in body["results"]:
+        book = client.get(f"/books/{hit['id']}").json()
+        assert shelves & set(book["metadata"]["subjects"]), (hit["title"], book["metadata"])
     for hit in body["results"]:  # no part from a head without evidence
         assert set(hit["heads"]) == {h for h, info in body["heads"].items() if info["weight"] > 0}
 

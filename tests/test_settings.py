@@ -72,7 +72,9 @@ def test_a_bad_value_fails_loudly(
 def test_head_scales_reach_the_search_and_similar(
     workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("ATTEND_HEAD_SCALES", "lexical:2,title:10,description:30,series:4,author:3")
+    monkeypatch.setenv(
+        "ATTEND_HEAD_SCALES", "lexical:2,title:10,description:30,series:4,author:3,subjects:6"
+    )
     monkeypatch.setenv("ATTEND_SIMILAR_HEADS", "title:1,lexical:3")
     settings = ServiceSettings()
     assert settings.scales == {
@@ -81,6 +83,7 @@ def test_head_scales_reach_the_search_and_similar(
         "lexical": 2.0,
         "author": 3.0,
         "series": 4.0,
+        "subjects": 6.0,
     }
     assert settings.similar.weights == {"title": 0.25, "lexical": 0.75}
     assert settings.similar.scales == {
@@ -89,6 +92,7 @@ def test_head_scales_reach_the_search_and_similar(
         "lexical": 0.9,
         "author": 5.0,
         "series": 2.0,
+        "subjects": 10.0,
     }
 
 

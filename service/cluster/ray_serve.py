@@ -99,10 +99,15 @@ class Router:
                 )
             shards.append(RayShard(handle, generation=g, name=f"shard-{i}", start=start, stop=stop))
         # the lexical head's BM25 is the router's, over the whole catalog (global IDF)
-        descriptions = store.book_descriptions(
-            session=session, book_ids=index.ids, generation=index.generation
+        ids, generation = index.ids, index.generation
+        return sharded_index(
+            index,
+            shards,
+            descriptions=store.book_descriptions(
+                session=session, book_ids=ids, generation=generation
+            ),
+            subjects=store.book_subjects(session=session, book_ids=ids, generation=generation),
         )
-        return sharded_index(index, shards, descriptions=descriptions)
 
     def _ready(self, generation: int) -> bool:
         """Every shard holds `generation` (asked off the event loop: the watcher's thread).

@@ -94,9 +94,10 @@ def sharded_index(
     shards: Sequence[ShardClient],
     *,
     descriptions: Sequence[str | None] | None = None,
+    subjects: Sequence[Sequence[str]] | None = None,
 ) -> ServedIndex:
     """The router's served index: `index`'s books (its keys are the shards'), over `shards`."""
     dim = next(iter(index.keys.values())).shape[1] if index.keys else 0
     keys = ShardedKeys(shards, size=len(index), dim=int(dim))
     logger.info("router over %d books in %d shards", len(index), len(keys.shards))
-    return ServedIndex(index, keys, descriptions=descriptions)
+    return ServedIndex(index, keys, descriptions=descriptions, subjects=subjects)

@@ -40,7 +40,15 @@ from models.heads import ScoredHead
 from models.mixture import Mixture, mix_topk
 from service.engine.exceptions import BookNotFoundError
 from service.engine.filters import Filters
-from service.engine.head_weights import AUTHOR, HEADS, LEXICAL, SCORED_HEADS, SERIES, BookHeads
+from service.engine.head_weights import (
+    AUTHOR,
+    HEADS,
+    LEXICAL,
+    SCORED_HEADS,
+    SERIES,
+    SUBJECTS,
+    BookHeads,
+)
 from service.engine.mixing import Mixed, hit_parts
 from service.engine.query_ranking import description_scores
 from service.engine.results import (
@@ -94,7 +102,7 @@ def rank_by_books(
     filters = Filters(exclude=frozenset(index.books.ids[r] for r in liked + disliked))
     mask = index.filters.batch_mask([filters])  # (N,) the catalog less L and D
     fields = [h for h in names if h not in SCORED_HEADS]
-    restricted = {AUTHOR, SERIES} & set(names)  # these attend with the description query
+    restricted = {AUTHOR, SERIES, SUBJECTS} & set(names)  # they attend by description key
     query = field_queries(index, liked, disliked, [*fields, *([RANK_FIELD] if restricted else [])])
     one = 0 if L == 1 else TASTE  # one book, or the liked books' taste: their mean key
     parts = [(one, f) for f in fields]
@@ -105,7 +113,12 @@ def rank_by_books(
         head, evidence, lexical = lexical_part(index, liked, disliked, heads.scales[LEXICAL], mask)
         scored.append((head, evidence))
         parts.append((one, LEXICAL))
-    for name, mates in ((AUTHOR, index.names.author_mates), (SERIES, index.names.series_mates)):
+    mates_of = {
+        AUTHOR: index.names.author_mates,
+        SERIES: index.names.series_mates,
+        SUBJECTS: index.names.subject_mates,
+    }
+    for name, mates in mates_of.items():
         if name in names:
             rows = [mates(r) for r in liked]
             head, has = restricted_head(index, query[RANK_FIELD], rows, heads.scales[name], mask)

@@ -1,4 +1,5 @@
-"""The catalog's names: who wrote each book and which series it belongs to, as whole names.
+"""The catalog's names: who wrote each book, which series it belongs to and the subject headings
+(genres, tags) it is filed under, as whole names.
 
 A bag of words blurs names: "William" is a token of *Neuromancer*'s author and of *The Rise and
 Fall of the Third Reich*'s, and "Philosopher" is a word of a Harry Potter title and of Plato's
@@ -6,8 +7,9 @@ readers. Here an author is the whole name (its tokens folded: case, accents, pun
 "J.R.R. Tolkien" and "J. R. R. Tolkien" are one), and a series is the key of the title's
 "(Series, #n)" marker. Two uses:
 
-- a book's **mates**: the other books by one of its authors, the other books of its series
-  (the author and series heads of similar books and recommendations);
+- a book's **mates**: the other books by one of its authors, the other books of its series,
+  the other books under one of its subject headings when the catalog has them (the author,
+  series and subjects heads of similar books and recommendations);
 - a typed query that **names an author** ("stephen king", "books by toni morrison", "le guin",
   "tolkein"): `recognise` finds it against the catalog's own author index. A surname alone
   counts only where the catalog uses the word more as that name than as a word ("Guin",
@@ -114,6 +116,8 @@ class CatalogNames:
         titles: Sequence[str],
         authors: Sequence[Sequence[str]],
         descriptions: Sequence[str | None] | None = None,
+        *,
+        subjects: Sequence[Sequence[str]] | None = None,
     ):
         self._author_rows: dict[tuple[str, ...], list[int]] = {}
         self._display: dict[tuple[str, ...], str] = {}
@@ -132,6 +136,7 @@ class CatalogNames:
         for row, series in enumerate(self._row_series):
             for one in series:
                 self._series_rows.setdefault(one, []).append(row)
+        self._row_subjects, self._subject_rows = _subject_index(subjects, len(titles))
         # what a query's words can name: a full name, the name without its initials, any
         # ending of two or more words of that ("garcia marquez", "le guin"), and a surname
         self._phrases: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
@@ -185,6 +190,13 @@ class CatalogNames:
         mates.discard(row)
         return sorted(mates)
 
+    def subject_mates(self, row: int) -> list[int]:
+        """The other books that share one of the book's subject headings (folded; a heading
+        that more than a quarter of the catalog has says nothing of a book: left out)."""
+        mates = {r for key in self._row_subjects[row] for r in self._subject_rows[key]}
+        mates.discard(row)
+        return sorted(mates)
+
     # ---- a typed query
 
     def recognise(
@@ -226,6 +238,24 @@ class CatalogNames:
         near |= _deletions(word) & self._tokens
         near = {t for t in near if _one_edit(word, t)}
         return near.pop() if len(near) == 1 else word
+
+
+def _subject_index(
+    subjects: Sequence[Sequence[str]] | None, n: int
+) -> tuple[list[tuple[str, ...]], dict[str, list[int]]]:
+    """Each row's distinctive headings (folded), and each heading's rows. A heading held by
+    more than a quarter of the catalog (at least 10 books), "fiction" on a shelf of novels, is
+    dropped: sharing it makes no two books alike."""
+    rows: dict[str, list[int]] = {}
+    folded = []
+    for row, heads in enumerate(subjects or [()] * n):
+        keys = tuple(dict.fromkeys(k for h in heads if (k := " ".join(fold(h)))))
+        folded.append(keys)
+        for key in keys:
+            rows.setdefault(key, []).append(row)
+    common = {k for k, rs in rows.items() if len(rs) > max(10, n // 4)}
+    kept = [tuple(k for k in keys if k not in common) for keys in folded]
+    return kept, {k: rs for k, rs in rows.items() if k not in common}
 
 
 def _asks_about(before: Sequence[str], after: Sequence[str]) -> bool:

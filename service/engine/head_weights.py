@@ -2,10 +2,11 @@
 
 Each head is a softmax over the catalog: `title` and `description` over that field's keys
 (logits scale_h · q·K_fieldᵀ), `lexical` over BM25 scores (logits scale_lexical · bm25), and
-`author` and `series` over the description keys of the books by the author the query names (or
-by the query book's authors), and of the query book's series (logits scale_h · q·K_descriptionᵀ
-there, no other book in them). A search's weights are the mixture Σ_h π_h · softmax_h, so a
-book's weight splits exactly into per-head shares π_h · p_h(book).
+`author`, `series` and `subjects` over the description keys of the books by the author the query
+names (or by the query book's authors), of the query book's series, and of the books under one of
+its subject headings (logits scale_h · q·K_descriptionᵀ there, no other book in them). A
+search's weights are the mixture Σ_h π_h · softmax_h, so a book's weight splits exactly into
+per-head shares π_h · p_h(book).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ DENSE_HEADS = ("title", "description")  # one per field of the index (indexer.pi
 LEXICAL = "lexical"
 AUTHOR = "author"  # the books of a named author (a query's) or of the query book's authors
 SERIES = "series"  # the other books of the query book's series
+SUBJECTS = "subjects"  # the other books under one of the query book's subject headings
 # HEADS order is the mixture's: the dense heads, then the scored ones (models.mixture.mix_topk)
-SCORED_HEADS = (LEXICAL, AUTHOR, SERIES)
+SCORED_HEADS = (LEXICAL, AUTHOR, SERIES, SUBJECTS)
 HEADS = (*DENSE_HEADS, *SCORED_HEADS)
 MAX_HEADS_CHARS = 200
 # The smallest weight beside the largest: a mixture Σ π_h · p_h of shares a million times apart

@@ -1,10 +1,10 @@
 """The served index: one generation of the catalog, held for searching.
 
 It holds the books (their columns, for the responses), the filter columns (the attention masks),
-the lexical head's BM25 index, the catalog's author and series names, and a `KeyStore`, which
-answers the dense heads. The keys are either in this process, on its device (`LocalKeys`), or
-on the shards of a cluster (service/cluster/router.py), which the index reaches through the
-same interface.
+the lexical head's BM25 index, the catalog's author, series and subject names, and a
+`KeyStore`, which answers the dense heads. The keys are either in this process, on its device
+(`LocalKeys`), or on the shards of a cluster (service/cluster/router.py), which the index
+reaches through the same interface.
 """
 
 from __future__ import annotations
@@ -158,13 +158,16 @@ class ServedIndex:
         keys: KeyStore,
         *,
         descriptions: Sequence[str | None] | None = None,
+        subjects: Sequence[Sequence[str]] | None = None,
     ):
         self.books = index.books
         self.model = index.model
         self.generation = index.generation  # the snapshot of the catalog these keys are
         self.keys = keys
         self.lexical = lexical_index(index.books, descriptions)
-        self.names = CatalogNames(index.books.titles, index.books.authors, descriptions)
+        self.names = CatalogNames(
+            index.books.titles, index.books.authors, descriptions, subjects=subjects
+        )
         self.filters = FilterColumns(index.books, device=keys.device)
 
     @classmethod
@@ -176,13 +179,14 @@ class ServedIndex:
         key_dtype: str = "auto",
         chunk_size: int | None = None,
         descriptions: Sequence[str | None] | None = None,
+        subjects: Sequence[Sequence[str]] | None = None,
     ) -> ServedIndex:
         """The index with its keys on this process's device (`pick_device(device)`)."""
         t0 = time.perf_counter()
         keys = LocalKeys(
             index.keys, device=pick_device(device), key_dtype=key_dtype, chunk_size=chunk_size
         )
-        served = cls(index, keys, descriptions=descriptions)
+        served = cls(index, keys, descriptions=descriptions, subjects=subjects)
         logger.info(
             "loaded %d books × %d keys (%s) d=%d %s on %s in %.2f s",
             len(served),

@@ -71,16 +71,18 @@ class LocalIndexSource:
         self.settings = settings
 
     def build(self, index: store.LoadedIndex, session: Session) -> ServedIndex:
-        """The served index of `index` (the lexical head's descriptions read at its generation)."""
-        descriptions = store.book_descriptions(
-            session=session, book_ids=index.ids, generation=index.generation
-        )
+        """The served index of `index` (the lexical head's descriptions and the books' subject
+        headings read at its generation)."""
+        ids, generation = index.ids, index.generation
         return ServedIndex.local(
             index,
             device=self.settings.device,
             key_dtype=self.settings.key_dtype,
             chunk_size=self.settings.chunk_size,
-            descriptions=descriptions,
+            descriptions=store.book_descriptions(
+                session=session, book_ids=ids, generation=generation
+            ),
+            subjects=store.book_subjects(session=session, book_ids=ids, generation=generation),
         )
 
     def load(self, *, session: Session, model: str) -> ServedIndex:

@@ -44,6 +44,16 @@ const HEADS = {
   title: "the title",
   description: "what the book is about",
   lexical: "your exact words",
+  author: "books by the author named",
+  series: "the same series",
+  subjects: "the same subjects",
+};
+// Why a part did not count, in the same words.
+const UNUSED = {
+  lexical: "no word of the query is in the catalog",
+  author: "the query names no author of the catalog",
+  series: "not in a series with other books here",
+  subjects: "no subject shared with other books here",
 };
 const headLabel = (name) => HEADS[name] || name;
 
@@ -61,7 +71,7 @@ function renderExamples() {
 
 function renderLegend(response) {
   const legend = $("legend");
-  const names = response ? headNames(response) : Object.keys(HEADS);
+  const names = response ? headNames(response) : ["title", "description", "lexical", "author"];
   legend.replaceChildren(el("span", { class: "legend-intro",
     text: response ? "How much each part of the ranking counted:" :
       "Each result’s bar is its share of the ranking, coloured by what counted:" }));
@@ -70,7 +80,7 @@ function renderLegend(response) {
     const part = el("span", { class: "legend-part" }, el("span", { class: `swatch seg ${name}` }),
       headLabel(name));
     if (h) {
-      part.append(` ${h.abstained ? "not used (no word of the query is in the catalog)" : pct(h.weight)}`);
+      part.append(` ${h.abstained ? `not used (${UNUSED[name] || "nothing to go on"})` : pct(h.weight)}`);
       part.append(tech(` (${name} head: π ${h.weight.toFixed(2)}, scale ${h.scale})`));
     }
     legend.append(part);
