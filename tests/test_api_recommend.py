@@ -266,7 +266,7 @@ def test_a_book_under_subject_headings_gets_the_books_under_them(
     books with Harry Potter's very description but no heading in common."""
     with serve_books(engine, tmp_path, SHELVED) as client:
         body = client.get("/books/hp/similar", params={"k": 3}).json()
-        assert [h["id"] for h in body["results"]][0] == "hobbit", body["results"]
+        assert body["results"][0]["id"] == "hobbit", body["results"]
         assert body["results"][0]["heads"]["subjects"]["share"] > 0
         assert not body["heads"]["subjects"]["abstained"]
         lonely = client.get("/books/plain/similar").json()  # no headings at all
