@@ -131,3 +131,14 @@ def test_a_bare_name_the_catalog_holds_mostly_as_a_subject_names_no_author() -> 
     named = catalog.recognise("books by abraham lincoln", lambda w: True, holding)
     assert named is not None and named.intent == "by" and named.rows == (0,)
     assert catalog.recognise("abraham lincoln", lambda w: True) is not None  # no texts: a name
+
+
+def test_a_name_misspelt_as_another_word_is_read_from_the_words_before_it(
+    names: CatalogNames,
+) -> None:
+    """"toni morrisson" and "william gibsen" are read whole: the first name fixes whose surname
+    is meant, even where the surname as typed is a word of the catalog."""
+    named = names.recognise("toni morrisson", lambda w: True)  # every word "known"
+    assert named is not None and named.name == "Toni Morrison"
+    assert names.recognise("william gibsen", lambda w: True) is not None
+    assert names.recognise("william tell", lambda w: True) is None  # not two edits, not a name

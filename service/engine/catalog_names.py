@@ -140,12 +140,15 @@ class CatalogNames:
         # what a query's words can name: a full name, the name without its initials, any
         # ending of two or more words of that ("garcia marquez", "le guin"), and a surname
         self._phrases: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+        # a name's last word by the words before it: "jane" → {"austen", …}
+        self._endings: dict[tuple[str, ...], set[str]] = {}
         surnames: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
         for key in self._author_rows:
             core = tuple(t for t in key if len(t) > 1) or key
             for form in {key, core, *(core[i:] for i in range(len(core) - 1))}:
                 if len(form) >= 2:
                     self._phrases.setdefault(form, set()).add(key)
+                    self._endings.setdefault(form[:-1], set()).add(form[-1])
             surnames.setdefault(surname(core), set()).add(key)
         self._surnames = self._name_like(surnames, titles, descriptions)
         self._tokens = {t for key in self._author_rows for t in key if len(t) >= FUZZY_MIN_LENGTH}
@@ -216,7 +219,7 @@ class CatalogNames:
         for n in range(min(MAX_NAME_TOKENS, len(words)), 0, -1):
             for i in range(len(words) - n + 1):
                 form = tuple(words[i : i + n])
-                keys = self._phrases.get(form) if n >= 2 else None
+                keys = self._phrases.get(form) or self._misspelt(form) if n >= 2 else None
                 if not keys and not (i and words[i - 1] in _ARTICLES):  # "the ripper"
                     keys = self._surnames.get(form)
                 if not keys:
@@ -230,6 +233,15 @@ class CatalogNames:
                 intent = "about" if _asks_about(words[:i], words[i + n :]) else "by"
                 return NamedAuthor(name, tuple(rows), intent, form)
         return None
+
+    def _misspelt(self, form: tuple[str, ...]) -> set[tuple[str, ...]] | None:
+        """The names `form` is, but for its last word one edit off ("jane austin": "austin" is
+        a word of the catalog, so it is not corrected alone), when exactly one name's is."""
+        last = form[-1]
+        if len(last) < 4:
+            return None
+        near = [e for e in self._endings.get(form[:-1], ()) if _one_edit(last, e)]
+        return self._phrases[(*form[:-1], near[0])] if len(near) == 1 else None
 
     def _corrected(self, word: str, known: Callable[[str], bool]) -> str:
         if len(word) < FUZZY_MIN_LENGTH or word in self._tokens or known(word):
@@ -271,6 +283,8 @@ def _one_edit(a: str, b: str) -> bool:
     """One substitution, insertion, deletion or swap of neighbours apart (a ≠ b)."""
     if len(a) < len(b):
         a, b = b, a
+    if len(a) - len(b) > 1:
+        return False
     if len(a) - len(b) == 1:
         return any(a[:i] + a[i + 1 :] == b for i in range(len(a)))
     diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
