@@ -136,7 +136,7 @@ def test_a_bare_name_the_catalog_holds_mostly_as_a_subject_names_no_author() -> 
 def test_a_name_misspelt_as_another_word_is_read_from_the_words_before_it(
     names: CatalogNames,
 ) -> None:
-    """"toni morrisson" and "william gibsen" are read whole: the first name fixes whose surname
+    """ "toni morrisson" and "william gibsen" are read whole: the first name fixes whose surname
     is meant, even where the surname as typed is a word of the catalog."""
     named = names.recognise("toni morrisson", lambda w: True)  # every word "known"
     assert named is not None and named.name == "Toni Morrison"
