@@ -109,7 +109,8 @@ class NamedAuthor:
 
 
 class CatalogNames:
-    """Authors and series of one generation's books, row-aligned with the served index."""
+    """Authors, series and subject headings of one generation's books, row-aligned with the
+    served index."""
 
     def __init__(
         self,
@@ -238,7 +239,7 @@ class CatalogNames:
         """The names `form` is, but for its last word one edit off ("jane austin": "austin" is
         a word of the catalog, so it is not corrected alone), when exactly one name's is."""
         last = form[-1]
-        if len(last) < 4:
+        if len(last) < FUZZY_MIN_LENGTH:  # "william tell" is no William Bell
             return None
         near = [e for e in self._endings.get(form[:-1], ()) if _one_edit(last, e)]
         return self._phrases[(*form[:-1], near[0])] if len(near) == 1 else None
