@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -180,6 +181,22 @@ def demo_database_url(
     with new_database(request.param, tmp_path_factory.mktemp("demo")) as url:
         index_demo_catalog(url)
         yield url
+
+
+def index_file(engine: Engine, path: Path, **options: object) -> Any:
+    """`pipeline.run` of the catalog file `path` into `engine` with the fake encoder; its
+    IndexReport. `options` as pipeline.run takes them (skip_invalid, allow_mass_delete, …)."""
+    from indexer import pipeline
+    from indexer.settings import IndexSettings
+
+    url = engine.url.render_as_string(hide_password=False)
+    return pipeline.run(
+        IndexSettings(database_url=url),
+        engine=engine,
+        encoder=FakeEncoder(),
+        path=path,
+        **options,  # type: ignore[arg-type]
+    )
 
 
 def index_books(

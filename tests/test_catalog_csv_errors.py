@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from conftest import FakeEncoder
-from indexer import pipeline
+from conftest import index_file
 from indexer.catalog import CatalogError, CatalogRecord, InvalidRow, scan_catalog
-from indexer.settings import IndexSettings
 
 HEADER = "id,title,description"
 
@@ -113,28 +111,17 @@ def test_a_quote_inside_a_field_on_one_line_is_read_as_before(tmp_path: Path) ->
     ]
 
 
-def _run(engine: Engine, path: Path, *, skip_invalid: bool) -> pipeline.IndexReport:
-    url = engine.url.render_as_string(hide_password=False)
-    return pipeline.run(
-        IndexSettings(database_url=url),
-        engine=engine,
-        encoder=FakeEncoder(),
-        path=path,
-        skip_invalid=skip_invalid,
-    )
-
-
 def test_the_issues_catalog_stops_the_run_or_indexes_all_but_the_broken_row(
     engine: Engine, tmp_path: Path
 ) -> None:
     good = _write(tmp_path / "books.csv", _catalog())
-    assert _run(engine, good, skip_invalid=False).books == 180
+    assert index_file(engine, good, skip_invalid=False).books == 180
     lines = _catalog()
     lines[11] = 'b11,"Title 11 with a stray quote,plain'
     broken = _write(tmp_path / "books.csv", lines)
     with pytest.raises(CatalogError, match=r"books\.csv:12: unterminated quoted field"):
-        _run(engine, broken, skip_invalid=False)
-    report = _run(engine, broken, skip_invalid=True)
+        index_file(engine, broken, skip_invalid=False)
+    report = index_file(engine, broken, skip_invalid=True)
     assert [r.line for r in report.rejected] == [12]
     assert (report.books, report.unchanged, report.removed) == (179, 179, 1)
     assert report.generation == 2

@@ -15,10 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from conftest import FakeEncoder, write_jsonl
-from indexer import pipeline
+from conftest import FakeEncoder, index_file, write_jsonl
 from indexer.catalog import CatalogError, CatalogRecord, CatalogSnapshot, InvalidRow, scan_catalog
-from indexer.settings import IndexSettings
 
 # as a spreadsheet exports it: ISBNs with hyphens, a comma list of two full names, "Last,
 # First" (one name), a book without an ISBN, a column that is no book field
@@ -144,17 +142,6 @@ def test_books_with_the_same_title_and_authors_and_no_id_are_told_apart_by_an_id
     assert "give the books an 'id' or 'isbn' column" in rows[1].reason
 
 
-def _index(engine: Engine, path: Path, **kwargs: object) -> pipeline.IndexReport:
-    url = engine.url.render_as_string(hide_password=False)
-    return pipeline.run(
-        IndexSettings(database_url=url),
-        engine=engine,
-        encoder=FakeEncoder(),
-        path=path,
-        **kwargs,  # type: ignore[arg-type]
-    )
-
-
 @contextmanager
 def _served(engine: Engine) -> Iterator[TestClient]:
     from service.api.main import create_app
@@ -175,7 +162,7 @@ def _found(client: TestClient, q: str, author: str) -> list[tuple[str, list[str]
 def test_each_export_is_indexed_and_searched_by_author(engine: Engine, tmp_path: Path) -> None:
     export = tmp_path / "export.csv"
     export.write_text(EXPORT_CSV, encoding="utf-8")
-    report = _index(engine, export)
+    report = index_file(engine, export)
     assert (report.books, report.added, report.rejected) == (3, 3, [])
     with _served(engine) as client:
         assert _found(client, "desert spice", "Herbert") == [("Dune", ["Frank Herbert"])]
@@ -191,7 +178,7 @@ def test_each_export_is_indexed_and_searched_by_author(engine: Engine, tmp_path:
             b'Emma,Jane Austen,"A matchmaker in Highbury,\r\nwrong each time."\r\n'
             b"Persuasion,Jane Austen,A second chance at love.\r\n"
         )
-        report = _index(engine, excel)
+        report = index_file(engine, excel)
         assert (report.books, report.added, report.removed) == (2, 2, 3)
         client.app.state.watcher.check()  # type: ignore[attr-defined]
         assert {t for t, _ in _found(client, "matchmaker", "austen")} == {"Emma", "Persuasion"}
@@ -203,7 +190,7 @@ def test_each_export_is_indexed_and_searched_by_author(engine: Engine, tmp_path:
                 {"title": "Dracula", "author_name": ["Bram Stoker"]},
             ],
         )
-        report = _index(engine, jsonl)
+        report = index_file(engine, jsonl)
         # Emma's id is derived from the same title and author both times: Emma is updated (a
         # new description), not removed and added again
         assert (report.books, report.added, report.updated, report.removed) == (2, 1, 1, 1)
@@ -218,9 +205,9 @@ def test_a_header_without_title_stops_even_skip_invalid_and_writes_nothing(
     path.write_text("name,author,isbn\nDune,Frank Herbert,1\n", encoding="utf-8")
     for skip_invalid in (False, True):
         with pytest.raises(CatalogError, match="header has no 'title' column"):
-            _index(engine, path, skip_invalid=skip_invalid)
+            index_file(engine, path, skip_invalid=skip_invalid)
     dune = write_jsonl(tmp_path / "dune.jsonl", [{"id": "d", "title": "Dune"}])
-    assert _index(engine, dune).generation == 1  # the refused runs took no generation
+    assert index_file(engine, dune).generation == 1  # the refused runs took no generation
 
 
 def test_a_catalog_record_keeps_its_json_kinds(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from conftest import FakeEncoder, serve_books, write_jsonl
+from conftest import FakeEncoder, index_file, serve_books, write_jsonl
 from indexer import pipeline, store
 from indexer.catalog import (
     MAX_DEPTH,
@@ -100,17 +100,6 @@ def _catalog(folder: Path, bad: str) -> Path:
     return path
 
 
-def _run(engine: Engine, path: Path, **options: object) -> pipeline.IndexReport:
-    url = engine.url.render_as_string(hide_password=False)
-    return pipeline.run(
-        IndexSettings(database_url=url),
-        engine=engine,
-        encoder=FakeEncoder(),
-        path=path,
-        **options,  # type: ignore[arg-type]
-    )
-
-
 def _states(engine: Engine) -> list[str]:
     with Session(engine) as session:
         return list(session.scalars(select(Generation.state).order_by(Generation.id)))
@@ -140,10 +129,10 @@ def test_an_unstorable_row_stops_the_run_or_is_skipped(
     generation is active (not left building) and books can be deleted."""
     path = _catalog(tmp_path, bad)
     with pytest.raises(CatalogError) as info:
-        _run(engine, path)
+        index_file(engine, path)
     assert f"{path}:2: " in str(info.value)
     assert _states(engine) == []
-    report = _run(engine, path, skip_invalid=True)
+    report = index_file(engine, path, skip_invalid=True)
     assert report.books == 1 and [r.line for r in report.rejected] == [2]
     assert _states(engine) == ["active"]
     with Session(engine) as session:
