@@ -5,7 +5,8 @@ A book asks each head with what it has: its title key (the title head), its desc
 (the description head), its topic terms, the description's words of highest tf · idf, as BM25
 terms (the lexical head: service/engine/lexical.py), and its names as whole names
 (service/engine/catalog_names.py): the author head attends over the other books by one of its
-authors, the series head over the other books of its series, both by their description keys.
+authors, the series head over the other books of its series, the subjects head over the other
+books under one of its subject headings (where the catalog has them), all by description key.
 A shared first name or a common title word is no evidence: it is in no head. For liked books L
 and disliked books D, liked book l asks head h
 
@@ -15,13 +16,15 @@ and disliked books D, liked book l asks head h
                                                       term of t_l (BM25 is linear in the query)
     weight(i) = Σ_l Σ_h (π_h / |L|) · softmax_h(scale_h · …)(i)  over the catalog less L and D
 
-and `similar(b)` is the same with L = {b}. The mixture follows the evidence a book has: a book
-of no series gets no series part, a book with no other book by its authors no author part, a
-book none of whose topic terms is in another book no lexical part; their π goes to its other
-heads (service/engine/mixing.py), and the response lists them as abstained. So a series book's
-mates come first, then its author's, and a standalone book is carried by its title and
-description keys and its topic terms. A result's shares π_{l,h} p_{l,h}(i) / weight(i) sum to 1
-over (l, h): which liked book, through which head, gave it its weight.
+and `similar(b)` is the same with L = {b}; with several liked books the field and lexical heads
+ask once, with their taste (the mean of their queries, normalised). The mixture follows the
+evidence a book has: a book of no series gets no series part, a book with no other book by its
+authors no author part, a book none of whose topic terms is in another book no lexical part;
+their π goes to its other heads (service/engine/mixing.py), and the response lists them as
+abstained. So a series book's mates come first, then its author's, and a standalone book is
+carried by its title and description keys and its topic terms. A result's shares π_{l,h}
+p_{l,h}(i) / weight(i) sum to 1 over (l, h): which liked book, through which head, gave it its
+weight.
 
 The exact top-k is `models.mixture.mix_topk`'s, over the keys wherever they are: the index's
 `KeyStore` brings the liked books' keys and attends with them, in this process or on the shards
