@@ -105,7 +105,6 @@ class NamedAuthor:
     name: str
     rows: tuple[int, ...]
     intent: str  # "by" or "about"
-    words: tuple[str, ...]  # the query's words that named it (folded, as corrected)
 
 
 class CatalogNames:
@@ -232,7 +231,7 @@ class CatalogNames:
                     if others > 2 * len(rows):  # clearly more a subject than an author
                         return None
                 intent = "about" if _asks_about(words[:i], words[i + n :]) else "by"
-                return NamedAuthor(name, tuple(rows), intent, form)
+                return NamedAuthor(name, tuple(rows), intent)
         return None
 
     def _misspelt(self, form: tuple[str, ...]) -> set[tuple[str, ...]] | None:
