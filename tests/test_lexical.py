@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import Stemmer
@@ -76,3 +80,34 @@ def test_query_terms_are_the_ones_bm25s_tokenizes(
             [query], return_as="string", update_vocab=False, show_progress=False
         )
         assert index.terms(query) == [t for t in theirs if t], query
+
+
+_TOPIC_SCORES = """
+import hashlib
+from indexer.catalog import read_catalog
+from indexer.data import DEMO_CATALOG
+from service.engine.lexical import LexicalIndex, book_document
+books = list(read_catalog(DEMO_CATALOG))
+index = LexicalIndex(
+    [book_document(b.title, b.authors, b.description) for b in books],
+    [b.description for b in books],
+)
+print(hashlib.sha256(index.topic_scores(range(len(books))).tobytes()).hexdigest())
+"""
+
+
+def test_topic_terms_do_not_depend_on_the_hash_seed() -> None:
+    """bm25s numbers its terms in a set's order; a book's topic terms broke ties of tf · idf by
+    that number, so two processes (one app and its Ray router) picked other terms for the same
+    book and ranked its similar books apart."""
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", _TOPIC_SCORES],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in (0, 1, 2, 3)
+    }
+    assert len(digests) == 1

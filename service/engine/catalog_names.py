@@ -225,7 +225,7 @@ class CatalogNames:
                 if not keys:
                     continue
                 rows = sorted({r for key in keys for r in self._author_rows[key]})
-                name = self._display[max(keys, key=lambda k: len(self._author_rows[k]))]
+                name = self._display[max(sorted(keys), key=lambda k: len(self._author_rows[k]))]
                 if n == len(words) and holding is not None:  # the name alone
                     others = len(holding(" ".join(form))) - len(rows)
                     if others > 2 * len(rows):  # clearly more a subject than an author

@@ -68,6 +68,9 @@ class LexicalIndex:
         self._vocab = frozenset(self._bm25.vocab_dict) if self.size else frozenset()
         self._lock = threading.Lock()  # a PyStemmer stemmer is not thread-safe
         self._ids: dict[str, int] = dict(self._bm25.vocab_dict) if self.size else {}
+        # bm25s numbers the terms in its vocabulary set's order, which the hash seed sets: so a
+        # term id must never order anything that two processes have to agree on
+        self._words = {i: t for t, i in self._ids.items()}
         if self.size:  # a term's document frequency: its column's entries in the score matrix
             self._df = np.diff(self._bm25.scores["indptr"])
         self._topics = [self._topic_terms(t or "") for t in topics] if topics else None
@@ -111,7 +114,7 @@ class LexicalIndex:
             for i, tf in counts.items()
             if self._df[i] >= 2
         }
-        return sorted(weight, key=lambda i: (-weight[i], i))[:TOPIC_TERMS]
+        return sorted(weight, key=lambda i: (-weight[i], self._words[i]))[:TOPIC_TERMS]
 
     def topic_scores(self, rows: Sequence[int]) -> np.ndarray:
         """(R, N) float32 BM25 scores of each book's topic terms (zeros for a book without)."""

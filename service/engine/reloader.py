@@ -155,55 +155,55 @@ class GenerationWatcher:
 
     def check(self) -> bool:
         """Swap to the active generation if it is not the one served; True if it swapped."""
-        swapped = self._swap()
-        if swapped:  # the old generation's last reference went with _swap's frame
-            release_freed_memory()
+        with self._lock:  # a check that returns has seen the whole swap, its freeze included
+            swapped = self._swap()
+            if swapped:  # the old generation's last reference went with _swap's frame
+                release_freed_memory()
         return swapped
 
     def _swap(self) -> bool:
-        with self._lock:
-            t0 = time.perf_counter()
-            old = self.searcher.index
-            with Session(self.engine) as session:
-                index_id = store.index_id(session=session)
-                g = store.active_generation_id(session=session)
-                replaced = index_id != self.index_id
-                if not replaced and (g is None or g == old.generation):
-                    return False
-                if g is not None and self.ready is not None and not self.ready(g):
-                    logger.debug("generation %d is active but not ready to serve yet", g)
-                    return False
-                if replaced:
-                    logger.warning(
-                        "the database was replaced (index id %s, was %s): a full load",
-                        index_id,
-                        self.index_id,
-                    )
-                if (
-                    replaced
-                    or g is None
-                    or not self.incremental
-                    or old.generation is None
-                    or g < old.generation
-                ):
-                    index = store.load_index(session=session, model=old.model, generation=g)
-                    how = "full load"
-                else:
-                    diff = store.load_diff(
-                        session=session, model=old.model, since=old.generation, until=g
-                    )
-                    index = store.apply_diff(old.host_index(), diff)
-                    how = f"diff: {len(diff.added)} rows in, {len(diff.removed)} out"
-                served = self.build(index, session)
-            self.searcher.index = served  # atomic: a batch reads the attribute once
-            self.index_id = index_id
-            if self.on_swap is not None:
-                self.on_swap(served)
-            logger.info(
-                "serving generation %s (%d books; %s) after %.2f s",
-                g,
-                len(index),
-                how,
-                time.perf_counter() - t0,
-            )
-            return True
+        t0 = time.perf_counter()
+        old = self.searcher.index
+        with Session(self.engine) as session:
+            index_id = store.index_id(session=session)
+            g = store.active_generation_id(session=session)
+            replaced = index_id != self.index_id
+            if not replaced and (g is None or g == old.generation):
+                return False
+            if g is not None and self.ready is not None and not self.ready(g):
+                logger.debug("generation %d is active but not ready to serve yet", g)
+                return False
+            if replaced:
+                logger.warning(
+                    "the database was replaced (index id %s, was %s): a full load",
+                    index_id,
+                    self.index_id,
+                )
+            if (
+                replaced
+                or g is None
+                or not self.incremental
+                or old.generation is None
+                or g < old.generation
+            ):
+                index = store.load_index(session=session, model=old.model, generation=g)
+                how = "full load"
+            else:
+                diff = store.load_diff(
+                    session=session, model=old.model, since=old.generation, until=g
+                )
+                index = store.apply_diff(old.host_index(), diff)
+                how = f"diff: {len(diff.added)} rows in, {len(diff.removed)} out"
+            served = self.build(index, session)
+        self.searcher.index = served  # atomic: a batch reads the attribute once
+        self.index_id = index_id
+        if self.on_swap is not None:
+            self.on_swap(served)
+        logger.info(
+            "serving generation %s (%d books; %s) after %.2f s",
+            g,
+            len(index),
+            how,
+            time.perf_counter() - t0,
+        )
+        return True
