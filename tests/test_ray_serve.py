@@ -1,6 +1,7 @@
 """`attend serve --engine ray --shards 2` (a real process on a local Ray) answers every search
 as the single-process service does: same books, scores to relative 1e-6, weights, per-head
-shares and entropy to 1e-5 (what a softmax makes of float32 rounding), same errors; and follows a re-index to the new generation without a restart."""
+shares and entropy to 1e-5 (what a softmax makes of float32 rounding), same errors; and follows
+a re-index to the new generation without a restart."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The path of one GET /search through the rooms of the code: the API, then the engine, then
-the indexer's columns and models, and back, never calling into a room it came from. Every Python
-call of the request, in every thread (the route's, the searcher's worker), is recorded with a
-profiler, on a real SQLite index."""
+"""The path of a request (a search, similar books, a recommendation, an explanation, a book by
+id) through the rooms of the code: the API, then the engine, then the indexer's columns and
+models, and back, never calling into a room it came from. Every Python call of the request, in
+every thread (the route's, the searcher's worker), is recorded with a profiler, on a real index.
+And each request is answered from the generation it started on, whatever swaps meanwhile."""
 
 from __future__ import annotations
 
@@ -78,17 +79,29 @@ def recorder() -> Iterator[CallRecorder]:
         threading.setprofile(None)  # type: ignore[arg-type]
 
 
-def test_a_search_goes_down_through_the_rooms_and_back(
-    engine: Engine, tmp_path: Path, recorder: CallRecorder
+REQUESTS = {
+    "search": ("GET", "/search", {"params": {"q": "wizards at sea", "author": "a"}}),
+    "similar": ("GET", "/books/b3/similar", {"params": {"k": 3}}),
+    "recommend": ("POST", "/recommend", {"json": {"liked": ["b0", "b1"], "disliked": ["b2"]}}),
+    "explain": ("GET", "/books/b3/explain", {"params": {"q": "wizards"}}),
+    "book": ("GET", "/books/b3", {}),
+}
+
+
+@pytest.mark.parametrize("kind", list(REQUESTS))
+def test_a_request_goes_down_through_the_rooms_and_back(
+    engine: Engine, tmp_path: Path, recorder: CallRecorder, kind: str
 ) -> None:
     url = index_books(engine, tmp_path, BOOKS)
     settings = ServiceSettings(database_url=url, device="cpu", generation_poll_s=0)
+    method, path, kwargs = REQUESTS[kind]
     with TestClient(create_app(settings, encoder=FakeEncoder())) as client:
-        client.get("/search", params={"q": "wizards"})  # warm: caches, lazy imports
+        client.request(method, path, **kwargs)  # warm: caches, lazy imports
         recorder.recording = True
-        response = client.get("/search", params={"q": "wizards at sea", "author": "a"})
+        response = client.request(method, path, **kwargs)
         recorder.recording = False
-    assert response.status_code == 200 and response.json()["results"]
+        (worker,) = [t.ident for t in threading.enumerate() if t.name == "attend-searcher"]
+    assert response.status_code == 200 and response.json(), response.text
     # the request's thread enters the API, then the engine; the searcher's worker thread (and
     # on PostgreSQL the generation listener's) starts in the engine
     firsts = [rooms[0] for rooms in recorder.visited.values()]
@@ -99,4 +112,7 @@ def test_a_search_goes_down_through_the_rooms_and_back(
     upward = [c for c in recorder.crossings if ROOMS[c[1]] < ROOMS[c[0]]]
     assert not upward, upward  # e.g. the engine calling back into the API, models into the engine
     assert ("service/api", "service/engine") in {c[:2] for c in recorder.crossings}
-    assert ("service/engine", "models") in {c[:2] for c in recorder.crossings}
+    if kind != "book":  # a book by id is a database read: the indexer's store, no model
+        assert ("service/engine", "models") in {c[:2] for c in recorder.crossings}
+        # the torch work ran on the searcher's one worker, not in a thread of the API's
+        assert "models" in recorder.visited.get(worker, []), recorder.visited

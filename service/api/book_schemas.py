@@ -17,8 +17,8 @@ from service.api.search_schemas import (
     Query,
 )
 from service.engine.explainer import BookExplanation
-from service.engine.head_weights import HEADS
-from service.engine.results import Recommendations, SimilarBooks
+from service.engine.head_weights import HEADS, parse_heads
+from service.engine.results import BookRecord, Recommendations, SimilarBooks
 
 MAX_LIKED = 100
 BookId = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(normalize_id)]
@@ -32,6 +32,19 @@ class BookOut(BaseModel):
     year: int | None
     language: str | None
     metadata: dict[str, Any] = Field(description="The catalog's other fields, as given.")
+
+
+def book_out(record: BookRecord) -> BookOut:
+    b = record.book
+    return BookOut(
+        id=b.id,
+        title=b.title,
+        description=record.description,
+        authors=b.authors,
+        year=b.year,
+        language=b.language,
+        metadata=record.metadata,
+    )
 
 
 class ExplainParams(BaseModel):
@@ -114,6 +127,10 @@ class _WithHeads(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     heads: HeadWeights | None = Field(None, description=_HEADS_TEXT)
+
+    def head_weights(self) -> dict[str, float] | None:
+        """The asked heads' weights π, or None for the service's default."""
+        return parse_heads(self.heads) if self.heads else None
 
 
 class SimilarParams(_WithHeads):

@@ -29,6 +29,7 @@ from service.api.metrics import GaugeReader, Metrics
 from service.api.routes import admin, books, explain, health, page, recommend, redoc, search
 from service.api.telemetry import RequestTelemetry
 from service.engine.explainer import Explainer
+from service.engine.front import Front
 from service.engine.notify import follow_generations
 from service.engine.reindex_jobs import ReindexJobs
 from service.engine.reloader import freeze_long_lived
@@ -141,7 +142,12 @@ def create_app(
             stop_following = follow_generations(engine, watcher)
             app.state.searcher = searcher
             app.state.settings = settings
-            app.state.explainer = Explainer(searcher.encoder, scale=settings.scale)
+            app.state.front = Front(
+                searcher=searcher,
+                explainer=Explainer(searcher.encoder, scale=settings.scale),
+                database=engine,
+                book_heads=settings.similar,
+            )
             freeze_long_lived()
             try:
                 yield

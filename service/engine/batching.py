@@ -14,6 +14,9 @@ work is encoded a few queries at a time (`encode_chunk`); between those calls th
 answers the small requests that arrived (`small_batch`), so a single query waits for one
 encoder call of big work, not for a whole batch: the encoder's cost is linear in the batch, so
 a small request batched with big work paid for all of it.
+
+Work that is no typed search (a book as the query, an explanation: a `Call`) waits in a line of
+its own and takes turns with the batches: one call, then one batch, while both wait.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from service.engine.results import SearchResult
@@ -66,6 +70,22 @@ class Job:
 
 
 @dataclass
+class Call:
+    """Torch work that is no typed search, run whole on the worker: `run()` answers `future`."""
+
+    work: Callable[[], Any]
+    future: Future[Any] = field(default_factory=Future)
+
+    def run(self) -> None:
+        if not self.future.set_running_or_notify_cancel():
+            return  # the client is gone
+        try:
+            self.future.set_result(self.work())
+        except BaseException as e:  # the request gets its error; the worker goes on
+            self.future.set_exception(e)
+
+
+@dataclass
 class Slice:
     """Queries [start, stop) of one job, answered in one batch."""
 
@@ -92,6 +112,8 @@ class WaitingLine:
         self.batch_budget_s = batch_budget_s  # 0: batches sized by max_batch alone
         self.small_seen_s = SMALL_SEEN_S
         self._waiting: deque[Job] = deque()
+        self._calls: deque[Call] = deque()
+        self._call_next = False  # the last thing handed out was a batch: a waiting call next
         self._cost: float | None = None  # seconds per query of recent big batches (EWMA)
         self._small_seen = -math.inf  # when the last small request arrived (monotonic)
         self._small_next = False  # the last batch held big work: small requests alone next
@@ -105,6 +127,11 @@ class WaitingLine:
                 self._small_seen = time.monotonic()
             self._changed.notify()
 
+    def call(self, call: Call) -> None:
+        with self._changed:
+            self._calls.append(call)
+            self._changed.notify()
+
     def open(self) -> None:
         self._stopping = False
 
@@ -115,21 +142,26 @@ class WaitingLine:
             self._changed.notify()
 
     def pending(self) -> bool:
-        return bool(self._waiting)
+        return bool(self._waiting or self._calls)
 
     def drop(self, jobs: set[int]) -> None:
         """Forget the jobs whose ids are in `jobs` (failed: the rest is not answered)."""
         with self._changed:
             self._waiting = deque(job for job in self._waiting if id(job) not in jobs)
 
-    def next_batch(self, *, wait: bool) -> list[Slice] | None:
+    def next_batch(self, *, wait: bool) -> list[Slice] | Call | None:
         """The next batch, once a job waits (None once stop() is called): when `wait`, after
-        up to `window` for more to arrive, unless the waiting jobs fill a batch already."""
+        up to `window` for more to arrive, unless the waiting jobs fill a batch already. Or a
+        waiting call: in turn with the batches, and whenever no job waits."""
         with self._changed:
-            while not self._waiting and not self._stopping:
+            while not self._waiting and not self._calls and not self._stopping:
                 self._changed.wait()
             if self._stopping:
                 return None
+            if self._calls and (self._call_next or not self._waiting):
+                self._call_next = False
+                return self._calls.popleft()
+            self._call_next = True
             deadline = time.monotonic() + (self.window if wait else 0.0)
             while (left := deadline - time.monotonic()) > 0 and self._unbatched() < self.max_batch:
                 self._changed.wait(timeout=left)

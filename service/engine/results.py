@@ -5,8 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from indexer.book_columns import BookFields
+
+
+@dataclass(frozen=True)
+class BookRecord:
+    """One book as the served generation holds it, every field."""
+
+    book: BookFields
+    description: str | None
+    metadata: dict[str, Any]  # the catalog's other fields, as given
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 One worker thread takes batches from the line of waiting requests (service/engine/batching.py
 says which queries go in each), encodes the batch's new query texts (repeated ones come from an
 LRU cache), runs `attend` once for all of them with a (B, N) mask built from each request's
-filters, and hands every request its own page. One worker also means torch work never competes
-with itself for the cores.
+filters, and hands every request its own page. The other torch work of a request (a book as the
+query, an explanation) runs on the same worker (`call`), in turn with the batches: one worker
+means torch never competes with itself for the cores.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
 from models.encoder import Encoder
-from service.engine.batching import Job, Slice, WaitingLine
+from service.engine.batching import Call, Job, Slice, WaitingLine
 from service.engine.exceptions import IndexEmptyError
 from service.engine.filters import Filters
 from service.engine.query_ranking import Ranking, rank_queries
@@ -29,6 +31,7 @@ from service.engine.results import AuthorNamed, HeadsUsed, RankedBook, SearchRes
 from service.engine.served_index import RANK_FIELD, ServedIndex
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # "No strong match": match strength (see `match_strength`) under this, or no word of the query in
 # any book. Re-checked on benchmarks/relevance.py under the default heads: of 221 labelled and
@@ -132,6 +135,15 @@ class Searcher:
         self.line.add(job)
         return await asyncio.wrap_future(job.future)
 
+    async def call(self, work: Callable[[], T]) -> T:
+        """Run `work` (torch work that is no typed search) on the worker and wait for it."""
+        if self._worker is None:
+            raise RuntimeError("Searcher.start() was not called")
+        call = Call(work)
+        self.line.call(call)
+        result: T = await asyncio.wrap_future(call.future)
+        return result
+
     def search_now(self, queries: list[str], options: SearchOptions) -> list[SearchResult]:
         """Answer in the calling thread, unbatched (the CLI)."""
         job = Job(queries, options)
@@ -139,9 +151,12 @@ class Searcher:
 
     def _loop(self) -> None:
         busy = False  # did the last batch have company? then more is likely on its way
-        while (batch := self.line.next_batch(wait=busy)) is not None:
-            busy = len(batch) > 1 or self.line.pending()
-            self._run(batch)
+        while (work := self.line.next_batch(wait=busy)) is not None:
+            if isinstance(work, Call):
+                work.run()
+                continue
+            busy = len(work) > 1 or self.line.pending()
+            self._run(work)
 
     def _run(self, batch: list[Slice]) -> None:
         """Answer `batch` and hand each request its responses once it has them all. A batch

@@ -6,12 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from indexer import store
 from service.api.book_paths import BOOK
 from service.api.book_schemas import ExplainParams, ExplainResponse, explain_response
-from service.api.deps import ExplainerDep, SessionDep
-from service.api.routes.books import database_answers
-from service.engine.exceptions import BookNotFoundError
+from service.api.deps import FrontDep
 
 router = APIRouter(tags=["books"])
 
@@ -26,18 +23,8 @@ router = APIRouter(tags=["books"])
         },
     },
 )
-def explain_book(
-    book_id: str,
-    params: Annotated[ExplainParams, Query()],
-    session: SessionDep,
-    explainer: ExplainerDep,
+async def explain_book(
+    book_id: str, params: Annotated[ExplainParams, Query()], front: FrontDep
 ) -> ExplainResponse:
     """Each query word's attention over the book's title and description words, with offsets."""
-    with database_answers():
-        book = store.get_book(session=session, book_id=book_id)
-    if book is None:
-        raise BookNotFoundError(book_id)
-    explanation = explainer.explain(
-        book_id=book.id, query=params.q, title=book.title, description=book.description
-    )
-    return explain_response(explanation)
+    return explain_response(await front.explain(book_id, params.q))

@@ -15,10 +15,7 @@ from service.api.book_schemas import (
     recommend_response,
     similar_response,
 )
-from service.api.deps import IndexDep, SettingsDep
-from service.engine import book_ranking
-from service.engine.head_weights import BookHeads, parse_heads
-from service.settings import ServiceSettings
+from service.api.deps import FrontDep
 
 router = APIRouter(tags=["recommendations"])
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
@@ -26,29 +23,19 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _heads(settings: ServiceSettings, heads: str | None) -> BookHeads:
-    """The request's head weights (default: ATTEND_SIMILAR_HEADS) with the service's scales."""
-    default = settings.similar
-    return BookHeads(parse_heads(heads), default.scales) if heads else default
-
-
 @router.get(f"{BOOK}/similar", responses=_NOT_FOUND)
-def similar_books(
-    book_id: str,
-    params: Annotated[SimilarParams, Query()],
-    index: IndexDep,
-    settings: SettingsDep,
+async def similar_books(
+    book_id: str, params: Annotated[SimilarParams, Query()], front: FrontDep
 ) -> SimilarResponse:
     """The books this book's heads attend to most (the book itself left out): its title and
-    description keys, and BM25 with its title and authors, mixed as a search's heads are."""
-    heads = _heads(settings, params.heads)
-    return similar_response(book_ranking.similar(index, book_id, k=params.k, heads=heads))
+    description keys, BM25 with its topic terms, and its author, series and subject mates."""
+    found = await front.similar(book_id, k=params.k, heads=params.head_weights())
+    return similar_response(found)
 
 
 @router.post("/recommend", responses=_NOT_FOUND)
-def recommend(body: RecommendRequest, index: IndexDep, settings: SettingsDep) -> RecommendResponse:
+async def recommend(body: RecommendRequest, front: FrontDep) -> RecommendResponse:
     """Books ranked by the attention they receive from the liked books' heads; each result says
     how much of its weight came from each liked book, and through which head."""
-    heads = _heads(settings, body.heads)
-    found = book_ranking.recommend(index, body.liked, body.disliked, k=body.k, heads=heads)
+    found = await front.recommend(body.liked, body.disliked, k=body.k, heads=body.head_weights())
     return recommend_response(found)

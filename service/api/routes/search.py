@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 
-from service.api.deps import SearcherDep
+from service.api.deps import FrontDep
 from service.api.search_schemas import (
     ModelJSON,
     SearchBatchResponse,
@@ -22,16 +22,16 @@ router = APIRouter(tags=["search"])
 
 
 @router.get("/search", response_model=SearchResponse)
-async def search_get(params: Annotated[SearchParams, Query()], searcher: SearcherDep) -> ModelJSON:
+async def search_get(params: Annotated[SearchParams, Query()], front: FrontDep) -> ModelJSON:
     """Rank the catalog for one query; each result carries its score and attention weight."""
-    (result,) = await searcher.search([params.q], params.options())
+    (result,) = await front.search([params.q], params.options())
     return ModelJSON(search_response(result))
 
 
 @router.post("/search", response_model=SearchBatchResponse)
-async def search_post(body: SearchRequest, searcher: SearcherDep) -> ModelJSON:
+async def search_post(body: SearchRequest, front: FrontDep) -> ModelJSON:
     """Rank the catalog for several queries at once (one batched encoder and attention call)."""
-    results = await searcher.search(body.queries, body.options())
+    results = await front.search(body.queries, body.options())
     # in a worker thread: validating 64 responses takes about 14 ms, which every other request
     # waited for on the event loop; in a thread it yields the GIL to the loop every few ms
     return await run_in_threadpool(_batch_response, results)

@@ -1,0 +1,113 @@
+"""The engine's front: everything the API asks of the engine, each request pinned to one
+generation.
+
+Every call reads the served index once, when it starts, and answers from it to the end: a swap
+in the middle of a request (service/engine/reloader.py) is seen by the next one, never half by
+this one. The torch work of a request (a search, a book as the query, an explanation) runs on the
+searcher's one worker (service/engine/searcher.py), searches batched, the rest in turn with them,
+so torch never competes with itself for the cores; the database reads (a book by id) run in a
+thread of their own, at the generation being served, so a search hit always resolves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from indexer import db, store
+from indexer.book_columns import BookFields
+from service.engine import book_ranking
+from service.engine.exceptions import BookNotFoundError, NotReadyError
+from service.engine.explainer import BookExplanation, Explainer
+from service.engine.head_weights import BookHeads
+from service.engine.results import BookRecord, Recommendations, SearchResult, SimilarBooks
+from service.engine.searcher import Searcher, SearchOptions
+from service.engine.served_index import ServedIndex
+
+
+class Front:
+    """Search, similar books, recommendations, explanations and book reads over the served
+    index. `book_heads`: the default heads of a book as the query (parsed once, at start)."""
+
+    def __init__(
+        self, *, searcher: Searcher, explainer: Explainer, database: Engine, book_heads: BookHeads
+    ):
+        self.searcher = searcher
+        self.explainer = explainer
+        self.database = database
+        self.book_heads = book_heads
+
+    @property
+    def index(self) -> ServedIndex:
+        """The generation answering now (a request reads it once, at its start)."""
+        return self.searcher.index
+
+    async def search(self, queries: list[str], options: SearchOptions) -> list[SearchResult]:
+        return await self.searcher.search(queries, options)  # its batch pins the generation
+
+    async def similar(
+        self, book_id: str, *, k: int, heads: dict[str, float] | None
+    ) -> SimilarBooks:
+        index, asked = self.index, self._heads(heads)
+        return await self.searcher.call(
+            lambda: book_ranking.similar(index, book_id, k=k, heads=asked)
+        )
+
+    async def recommend(
+        self, liked: list[str], disliked: list[str], *, k: int, heads: dict[str, float] | None
+    ) -> Recommendations:
+        index, asked = self.index, self._heads(heads)
+        return await self.searcher.call(
+            lambda: book_ranking.recommend(index, liked, disliked, k=k, heads=asked)
+        )
+
+    async def explain(self, book_id: str, query: str) -> BookExplanation:
+        book = await self.book(book_id)
+        return await self.searcher.call(
+            lambda: self.explainer.explain(
+                book_id=book.book.id,
+                query=query,
+                title=book.book.title,
+                description=book.description,
+            )
+        )
+
+    async def book(self, book_id: str) -> BookRecord:
+        """The book as the served generation holds it; BookNotFoundError if it does not."""
+        generation = self.index.generation
+        book = await asyncio.to_thread(self._read_book, book_id, generation)
+        if book is None:
+            raise BookNotFoundError(book_id)
+        return book
+
+    def _read_book(self, book_id: str, generation: int | None) -> BookRecord | None:
+        if generation is None:  # nothing served: no book is found, whatever the database holds
+            return None
+        with database_answers(), Session(self.database) as session:
+            b = store.get_book(session=session, book_id=book_id, generation=generation)
+            if b is None:
+                return None
+            fields = BookFields(b.id, b.title, b.authors, b.year, b.language)
+            return BookRecord(fields, b.description, b.extra)
+
+    def _heads(self, heads: dict[str, float] | None) -> BookHeads:
+        """The request's head weights (default: ATTEND_SIMILAR_HEADS) with the service's
+        scales."""
+        return BookHeads(heads, self.book_heads.scales) if heads else self.book_heads
+
+
+@contextmanager
+def database_answers() -> Iterator[None]:
+    """A database that fails under a request (down, deleted, truncated, overwritten) is a 503
+    that says so, not a 500: /readyz says the same and the orchestrator routes around it."""
+    try:
+        yield
+    except (SQLAlchemyError, db.DatabaseGoneError) as e:
+        raise NotReadyError(
+            f"the database cannot be read ({type(e).__name__}); /readyz says more"
+        ) from e
