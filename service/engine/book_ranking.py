@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from models.heads import ScoredHead
-from models.mixture import Mixture, mix_topk
+from models.mixture import Mixture
 from service.engine.exceptions import BookNotFoundError
 from service.engine.filters import Filters
 from service.engine.head_weights import (
@@ -52,8 +52,9 @@ from service.engine.head_weights import (
     SUBJECTS,
     BookHeads,
 )
-from service.engine.mixing import Mixed, hit_parts
+from service.engine.mixing import hit_parts
 from service.engine.query_ranking import description_scores
+from service.engine.ranking import Component, rank
 from service.engine.results import (
     Because,
     HeadsUsed,
@@ -108,39 +109,38 @@ def rank_by_books(
     restricted = {AUTHOR, SERIES, SUBJECTS} & set(names)  # they attend by description key
     query = field_queries(index, liked, disliked, [*fields, *([RANK_FIELD] if restricted else [])])
     one = 0 if L == 1 else TASTE  # one book, or the liked books' taste: their mean key
-    parts = [(one, f) for f in fields]
-    qs = [F.normalize(query[f].mean(0, keepdim=True), dim=-1) for f in fields]  # each (1, d)
-    scored: list[tuple[ScoredHead, bool]] = []
+    parts: list[tuple[int, str]] = []  # (liked book, head) of each component
+    comps: list[Component] = []
+    for f in fields:  # asked once, with the whole π_f: one book's key, or the taste (normalised)
+        parts.append((one, f))
+        q = F.normalize(query[f].mean(0, keepdim=True), dim=-1)  # (1, d)
+        comps.append(Component(f, heads.scales[f], [asked[f]], query=q))
     lexical = None
     if LEXICAL in names:
         head, evidence, lexical = lexical_part(index, liked, disliked, heads.scales[LEXICAL], mask)
-        scored.append((head, evidence))
         parts.append((one, LEXICAL))
+        comps.append(
+            Component(LEXICAL, head.scale, [asked[LEXICAL]], scored=head, evidence=[evidence])
+        )
     mates_of = {
         AUTHOR: index.names.author_mates,
         SERIES: index.names.series_mates,
         SUBJECTS: index.names.subject_mates,
     }
     for name, mates in mates_of.items():
-        if name in names:
+        if name in names:  # one component per liked book, each with π_h / L
             rows = [mates(r) for r in liked]
             head, has = restricted_head(index, query[RANK_FIELD], rows, heads.scales[name], mask)
-            scored += [(ScoredHead(head.scores[b : b + 1], head.scale), has[b]) for b in range(L)]
-            parts += [(b, name) for b in range(L)]
-    want = torch.tensor(  # (1, C)
-        [[asked[h] if b == TASTE else asked[h] / L for b, h in parts]], dtype=torch.float64
-    )
-    has_evidence = torch.tensor([[True] * len(qs) + [e for _, e in scored]])  # (1, C)
-    mixed = Mixed.of(want, has_evidence, [h for _, h in parts])
-    dense_cols = [c for c in mixed.columns if c < len(qs)]
-    dense = index.keys.dense_heads(
-        torch.stack([qs[c] for c in dense_cols]) if dense_cols else torch.empty(0, 1, index.dim),
-        [(parts[c][1], heads.scales[parts[c][1]]) for c in dense_cols],  # (Cd, 1, d)
-        filters=[filters],
-        mask=mask,
-    )
-    kept_scored = [scored[c - len(qs)][0] for c in mixed.columns if c >= len(qs)]
-    mix = mix_topk(dense, kept_scored, mixed.pi, k=k, mask=mask)
+            for b in range(L):
+                parts.append((b, name))
+                one_book = ScoredHead(head.scores[b : b + 1], head.scale)  # (1, N)
+                comps.append(
+                    Component(
+                        name, head.scale, [asked[name] / L], scored=one_book, evidence=[has[b]]
+                    )
+                )
+    ranked = rank(index, comps, k=k, filters=[filters], mask=mask)
+    mixed, mix = ranked.mixed, ranked.mix
     kept_parts = [parts[c] for c in mixed.columns]
     tasted = [h for b, h in kept_parts if b == TASTE]
     taste = taste_parts(index, tasted, mix.indices[0].tolist(), query, lexical)

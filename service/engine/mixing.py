@@ -58,19 +58,6 @@ class Mixed:
         return cls([heads[c] for c in columns], columns, pi[:, columns], used, abstained)
 
 
-def search_weights(
-    weights: Sequence[dict[str, float]], evidence: dict[str, list[bool]]
-) -> tuple[list[str], Tensor, Tensor]:
-    """A search batch's components (the heads asked, in HEADS order), their asked weights
-    (B, H) and evidence (B, H): a dense head always has evidence, a scored head where
-    `evidence` says (none where it was not built)."""
-    names = [h for h in HEADS if any(w.get(h, 0) > 0 for w in weights)]
-    asked = torch.tensor([[w.get(h, 0.0) for h in names] for w in weights], dtype=torch.float64)
-    B = len(weights)
-    has = [evidence.get(h, [False] * B) if h in SCORED_HEADS else [True] * B for h in names]
-    return names, asked, torch.tensor(has, dtype=torch.bool).T.reshape(B, len(names))
-
-
 def hit_parts(
     mix: Mixture, heads: Sequence[str], used: Sequence[dict[str, float]]
 ) -> list[list[tuple[int, dict[str, HeadPart]]]]:

@@ -39,12 +39,11 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from models.heads import ScoredHead
-from models.mixture import mix_topk
 from service.engine.catalog_names import NamedAuthor
 from service.engine.filters import Filters
-from service.engine.head_weights import AUTHOR, LEXICAL, SCORED_HEADS
-from service.engine.mixing import Mixed, hit_parts, search_weights
+from service.engine.head_weights import AUTHOR, HEADS, LEXICAL, SCORED_HEADS
+from service.engine.mixing import hit_parts
+from service.engine.ranking import Component, rank
 from service.engine.results import HeadPart
 from service.engine.scored_heads import lexical_head, restricted_head, uniform
 from service.engine.served_index import RANK_FIELD, ServedIndex
@@ -88,25 +87,15 @@ def rank_queries(
     named = [index.names.recognise(t, lexical.knows, lexical.holding) for t in texts]
     filters = [about(index, f, n) for f, n in zip(filters or [Filters()] * B, named, strict=True)]
     mask = index.filters.batch_mask(filters)
-    asked = {h for w in heads for h, v in w.items() if v > 0}
-    scored: dict[str, tuple[ScoredHead, list[bool]]] = {}
-    if LEXICAL in asked:
-        scores = torch.from_numpy(index.lexical.scores(list(texts)))  # (B, N)
-        scored[LEXICAL] = lexical_head(scores, scales[LEXICAL], mask)
-    if AUTHOR in asked:
-        by = [n.rows if n is not None and n.intent == "by" else () for n in named]
-        if any(by):
-            scored[AUTHOR] = restricted_head(index, q, by, scales[AUTHOR], mask)
-    names, want, has = search_weights(heads, {h: e for h, (_, e) in scored.items()})
-    mixed = Mixed.of(want, has, names)
-    fields = [(name, scales[name]) for name in mixed.components if name not in SCORED_HEADS]
-    dense = index.keys.dense_heads(q.to(index.device), fields, filters=filters, mask=mask)
-    parts = [
-        scored[h][0] if h in scored else uniform(B, len(index), scales[h])
-        for h in mixed.components
-        if h in SCORED_HEADS
-    ]
-    mix = mix_topk(dense, parts, mixed.pi, k=k, mask=mask, entropy=True)
+    ranked = rank(
+        index,
+        components(index, q, texts, named=named, heads=heads, scales=scales, mask=mask),
+        k=k,
+        filters=filters,
+        mask=mask,
+        entropy=True,
+    )
+    mixed, mix = ranked.mixed, ranked.mix
     if RANK_FIELD in mixed.components:  # the description head's own scores, already exact
         desc = mix.scores[:, :, mixed.components.index(RANK_FIELD)]  # (B, k)
     else:
@@ -127,6 +116,39 @@ def rank_queries(
         )
         for b in range(B)
     ]
+
+
+def components(
+    index: ServedIndex,
+    q: Tensor,
+    texts: Sequence[str],
+    *,
+    named: Sequence[NamedAuthor | None],
+    heads: Sequence[dict[str, float]],
+    scales: Mapping[str, float],
+    mask: Tensor | None,
+) -> list[Component]:
+    """A search batch's components: each head some query asks for, in HEADS order (the dense
+    ones first); the lexical head with the query's BM25 scores, the author head over the books
+    of the author a query names "by" (none: no evidence)."""
+    B, N = q.shape[0], len(index)
+    out = []
+    for h in HEADS:
+        asked = [w.get(h, 0.0) for w in heads]
+        if not any(v > 0 for v in asked):
+            continue
+        if h not in SCORED_HEADS:
+            out.append(Component(h, scales[h], asked, query=q))
+            continue
+        head, evidence = uniform(B, N, scales[h]), [False] * B
+        if h == LEXICAL:
+            scores = torch.from_numpy(index.lexical.scores(list(texts)))  # (B, N)
+            head, evidence = lexical_head(scores, scales[h], mask)
+        by = [n.rows if n is not None and n.intent == "by" else () for n in named]
+        if h == AUTHOR and any(by):
+            head, evidence = restricted_head(index, q, by, scales[h], mask)
+        out.append(Component(h, scales[h], asked, scored=head, evidence=evidence))
+    return out
 
 
 def about(index: ServedIndex, filters: Filters, named: NamedAuthor | None) -> Filters:

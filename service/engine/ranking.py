@@ -1,0 +1,82 @@
+"""The one ranking function: a list of head queries, their weights and scales → the exact
+mixture. A typed search (service/engine/query_ranking.py) and books as the query
+(service/engine/book_ranking.py) each say what their components are; this turns them into π
+(after the heads without evidence abstain: service/engine/mixing.py) and the exact top k
+(`models.mixture.mix_topk`, over the keys wherever they are).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from models.heads import ScoredHead
+from models.mixture import Mixture, mix_topk
+from service.engine.filters import Filters
+from service.engine.mixing import Mixed
+from service.engine.served_index import ServedIndex
+
+
+@dataclass(frozen=True)
+class Component:
+    """One head asked by every query of a batch: a dense head with its queries (B, d) over a
+    field's keys, or a scored head with its logits (B, N) and, per query, whether it has
+    evidence (service/engine/scored_heads.py)."""
+
+    head: str
+    scale: float
+    asked: Sequence[float]  # (B,) the weight each query asks of it (0: not asked)
+    query: Tensor | None = None  # (B, d), a dense head's
+    scored: ScoredHead | None = None  # a scored head's
+    evidence: Sequence[bool] | None = None  # (B,) a scored head's; a dense head always has it
+
+    @property
+    def dense(self) -> bool:
+        return self.query is not None
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """What `rank` made of the components: π (the kept components') and the top k."""
+
+    mixed: Mixed
+    components: list[Component]  # the kept ones, the columns of mixed.pi and of mix's parts
+    mix: Mixture
+
+
+def rank(
+    index: ServedIndex,
+    components: Sequence[Component],
+    *,
+    k: int,
+    filters: Sequence[Filters],
+    mask: Tensor | None,
+    entropy: bool = False,
+) -> Ranked:
+    """The exact top k of Σ_c π_c softmax(scale_c · logits_c) for each query of the batch, the
+    dense components first (as mix_topk takes them); `mask` is `filters`' mask."""
+    if any(c.dense for c in components[sum(c.dense for c in components) :]):
+        raise ValueError("the dense components come first")
+    B = len(filters)
+    asked = torch.tensor([list(c.asked) for c in components], dtype=torch.float64).T  # (B, C)
+    has = torch.tensor(
+        [[True] * B if c.dense else list(c.evidence or [False] * B) for c in components]
+    ).T  # (B, C)
+    mixed = Mixed.of(asked.reshape(B, -1), has.reshape(B, -1), [c.head for c in components])
+    kept = [components[c] for c in mixed.columns]
+    queries = [c.query for c in kept if c.query is not None]
+    if not queries:
+        q = torch.empty(0, B, index.dim)
+    elif all(x is queries[0] for x in queries):
+        q = queries[0].to(index.device)  # (B, d): one query for every dense head
+    else:
+        q = torch.stack(queries).to(index.device)  # (Cd, B, d)
+    dense = index.keys.dense_heads(
+        q, [(c.head, c.scale) for c in kept if c.dense], filters=filters, mask=mask
+    )
+    scored = [c.scored for c in kept if c.scored is not None]
+    mix = mix_topk(dense, scored, mixed.pi, k=k, mask=mask, entropy=entropy)
+    return Ranked(mixed, kept, mix)
