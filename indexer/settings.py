@@ -137,6 +137,12 @@ class RaySettings(BaseSettings):
 
     model_config = ATTEND_CONFIG
 
+    engine: Engine = Field(
+        "local",
+        description="local (this process) or ray (a Ray cluster; needs `pip install "
+        "'attend[ray]'`): `attend index` embeds on Ray Data actors, `attend serve` holds the "
+        "keys as shards on Ray Serve (ATTEND_SHARDS).",
+    )
     ray_address: str | None = Field(
         None,
         description="Address of an existing Ray cluster (e.g. ray://head:10001 or auto) for the "
@@ -177,9 +183,4 @@ class IndexSettings(StoreSettings, RaySettings):
         le=4096,
         description="`attend index --engine ray`: encoder actors; 0 is one per GPU of the "
         "cluster, or one CPU actor when it has none.",
-    )
-    engine: Engine = Field(
-        "local",
-        description="local (this process) or ray (a Ray cluster; needs `pip install "
-        "'attend[ray]'`): embedding on Ray Data actors.",
     )

@@ -31,6 +31,7 @@ from service.engine.head_weights import BookHeads, parse_heads
 from service.engine.query_ranking import Hit, Ranking, rank_queries
 from service.engine.searcher import Searcher
 from service.engine.served_index import RANK_FIELD, ServedIndex
+from service.engine.startup import searcher_of
 from service.settings import ServiceSettings
 
 pytestmark = pytest.mark.model
@@ -45,8 +46,16 @@ SEARCHES = [
     "qwertyuiop asdfghjkl",
 ]
 SCALE = 20.0
-SCALES = {"title": SCALE, "description": SCALE, "lexical": 1.0, "author": 10.0, "series": 5.0}
-DEFAULT_HEADS = parse_heads("title:0.3,description:0.4,lexical:0.3,author:1")
+SCALES = {
+    "title": SCALE,
+    "description": SCALE,
+    "lexical": 1.0,
+    "author": 10.0,
+    "series": 5.0,
+    "subjects": 5.0,
+}
+DEFAULT_HEADS_TEXT = "title:0.3,description:0.4,lexical:0.3,author:1"
+DEFAULT_HEADS = parse_heads(DEFAULT_HEADS_TEXT)
 
 
 @pytest.fixture(scope="module")
@@ -239,7 +248,11 @@ def test_sparse_scores_rebuild_a_shards_slice() -> None:
 
 
 def _searcher(encoder: SentenceTransformerEncoder, index: ServedIndex) -> Searcher:
-    return Searcher(encoder, index, scales=SCALES, heads=DEFAULT_HEADS)
+    settings = ServiceSettings(
+        head_scales=",".join(f"{h}:{v}" for h, v in SCALES.items()),
+        heads=DEFAULT_HEADS_TEXT,
+    )
+    return searcher_of(settings, encoder, index)
 
 
 def _router(catalog: tuple[store.LoadedIndex, list[str | None]], shards: int) -> ServedIndex:

@@ -97,16 +97,18 @@ class Searcher:
         index: ServedIndex,
         *,
         scales: Mapping[str, float],
-        window_ms: float = 2.0,
-        max_batch: int = 64,
-        cache_size: int = 4096,
-        heads: dict[str, float] | None = None,
-        batch_budget_ms: float = 50.0,
+        heads: dict[str, float],
+        window_ms: float,
+        max_batch: int,
+        cache_size: int,
+        batch_budget_ms: float,
     ):
+        """Every value from the service's settings (service/engine/startup.py), which are the
+        one place their defaults are declared."""
         self.encoder = encoder
         self.index = index
         self.scales = dict(scales)  # every head's softmax scale
-        self.heads = heads or {"description": 1.0}
+        self.heads = heads  # a search's default π
         self.line = WaitingLine(
             max_batch=max_batch, window_s=window_ms / 1000, batch_budget_s=batch_budget_ms / 1000
         )

@@ -110,14 +110,19 @@ def build_searcher(
     source = source or LocalIndexSource(settings)
     with Session(engine) as session:
         index = source.load(session=session, model=encoder.name)
+    return searcher_of(settings, encoder, index)
+
+
+def searcher_of(settings: ServiceSettings, encoder: Encoder, index: ServedIndex) -> Searcher:
+    """The searcher of `index`, with every value of the settings'."""
     return Searcher(
         encoder,
         index,
         scales=settings.scales,
+        heads=settings.default_heads,
         window_ms=settings.batch_window_ms,
         max_batch=settings.max_batch,
         cache_size=settings.query_cache_size,
-        heads=settings.default_heads,
         batch_budget_ms=settings.batch_budget_ms,
     )
 
