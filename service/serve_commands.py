@@ -45,21 +45,15 @@ def _serve(args: argparse.Namespace, sock: socket.socket | None) -> int:
     # a server's log is its lifecycle and its requests: ATTEND_LOG_LEVEL (INFO), DEBUG at -vv
     level = "DEBUG" if args.verbose > 1 else settings.log_level
     configure_logging(level, json_lines=settings.log_json)
-    if settings.engine == "ray":
-        if sock is not None:
-            sock.close()  # Ray Serve's proxy binds the port itself, once Ray has started:
-        _check_port(settings)  # that it could, checked now
-        open_index(settings.database_url).dispose()
-        return _serve_on_ray(settings)
-    if settings.shards > 1:
+    if settings.engine != "ray" and settings.shards > 1:
         sys.stderr.write("attend serve: --shards needs --engine ray\n")
         return 2
     from service.api import server
 
     # a clear message here beats a traceback from inside uvicorn's start-up
     open_index(settings.database_url).dispose()
-    # before the index and the model load, which take seconds to a minute: a port in use
-    # fails now, with what to do
+    # before the index and the model load (and Ray's start), which take seconds to a minute: a
+    # port in use fails now, with what to do
     sock = sock or server.bind(settings.host, settings.port)
     try:
         # torch, FastAPI and the engine: seconds of imports, after the port is ours
@@ -69,26 +63,22 @@ def _serve(args: argparse.Namespace, sock: socket.socket | None) -> int:
         apply_serve_threads(settings)
         # an admin re-index (POST /admin/reindex) takes the writer's lock too
         with no_lock_file_left(settings.database_url):
+            if settings.engine == "ray":
+                return _serve_on_ray(settings, sock)
             server.serve(create_app(settings), settings, sock)  # uvicorn + h11 (server.py)
     finally:
         sock.close()
     return 0
 
 
-def _check_port(settings: Any) -> None:
-    """That the settings' port can be bound now (PortUnavailableError if not)."""
-    from service.api import server
-
-    server.bind(settings.host, settings.port).close()
-
-
-def _serve_on_ray(settings: Any) -> int:
+def _serve_on_ray(settings: Any, sock: socket.socket) -> int:
+    """The shards on Ray Serve, HTTP on `sock` by this process's server, as the local engine."""
     try:
         from service.cluster import ray_serve
     except ImportError as e:
         sys.stderr.write(f"attend serve: the ray engine needs pip install 'attend[ray]' ({e})\n")
         return 2
-    ray_serve.serve_forever(settings)
+    ray_serve.serve_forever(settings, sock)
     return 0
 
 

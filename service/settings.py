@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from indexer.settings import RaySettings, StoreSettings
@@ -261,30 +261,3 @@ class ServiceSettings(StoreSettings, RaySettings):
         if token is not None and len(token.get_secret_value()) < 16:
             raise ValueError("ATTEND_ADMIN_TOKEN must be at least 16 characters long")
         return token
-
-    @model_validator(mode="after")
-    def _applies_on_its_engine(self) -> ServiceSettings:
-        """On `--engine ray` Ray Serve's proxy serves HTTP and each replica runs torch on one
-        thread (num_cpus=1): the local server's bounds and the torch threads do nothing there,
-        so a value set for them is refused, not silently dropped."""
-        if self.engine == "ray":
-            ignored = [f for f in LOCAL_SERVER_ONLY if f in self.model_fields_set]
-            if ignored:
-                names = ", ".join(f"ATTEND_{f.upper()}" for f in ignored)
-                raise ValueError(
-                    f"{names}: no effect with the ray engine (Ray Serve's proxy serves HTTP, "
-                    "and each replica runs torch on one thread); unset it or serve locally"
-                )
-        return self
-
-
-# what only `attend serve` on the local engine applies (service/api/server.py, service/launch.py)
-LOCAL_SERVER_ONLY = (
-    "max_header_bytes",
-    "max_headers",
-    "header_timeout_s",
-    "body_timeout_s",
-    "keep_alive_s",
-    "max_connections",
-    "torch_threads",
-)

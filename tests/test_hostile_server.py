@@ -1,6 +1,7 @@
-"""A real `attend serve` against hostile clients over loopback sockets (issue 16, finding 1):
-huge or numerous headers are refused, clients too slow with their headers or body are cut off,
-connections past the bound are closed at once, and the service answers everyone else meanwhile.
+"""A real `attend serve` against hostile clients over loopback sockets (issue 16, finding 1), on
+the local engine and on `--engine ray` (issue 25, finding 4): huge or numerous headers are
+refused, clients too slow with their headers or body are cut off, connections past the bound are
+closed at once, and the service answers everyone else meanwhile.
 
 Every wait here is bounded: a socket timeout a few seconds past the server's deadline, so a
 server without the deadline fails the test instead of hanging it.
@@ -32,9 +33,15 @@ MAX_HEADER_BYTES = 65_536
 GRACE_S = 3.0  # a deadline is met when the server acts within this of it
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
-    """(host, port) of `attend serve` over the demo catalog (SQLite, the real model)."""
+@pytest.fixture(scope="module", params=["local", "ray"])
+def server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[tuple[str, int]]:
+    """(host, port) of `attend serve` over the demo catalog (SQLite, the real model), on each
+    engine: with `--engine ray` the same server fronts the router, so the same bounds hold."""
+    engine = ["--engine", "ray", "--shards", "2"] if request.param == "ray" else []
+    if engine:
+        pytest.importorskip("ray", reason="the ray engine is an extra: pip install 'attend[ray]'")
     folder = tmp_path_factory.mktemp("hostile")
     env = {
         **os.environ,
@@ -49,14 +56,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
     attend_index(DEMO_CATALOG, env, folder)
     port = free_port()
     proc = subprocess.Popen(
-        [ATTEND, "serve", "--port", str(port)],
+        [ATTEND, "serve", "--port", str(port), *engine],
         env=env,
         cwd=folder,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 150  # Ray's start and two shards': 30-60 s here
         while True:
             assert proc.poll() is None, "attend serve exited during start-up"
             assert time.monotonic() < deadline, "attend serve did not become ready"
@@ -70,7 +77,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
 

@@ -91,9 +91,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
 
 @contextmanager
 def _one_thread() -> Iterator[None]:
-    """Torch on one thread here, as in every Ray replica (num_cpus=1 sets OMP_NUM_THREADS=1):
-    with 2 threads float32 kernels sum in another order, which moved "the history of Rome"'s
-    entropy by 5e-6 relative, in some runs, whatever the sharding."""
+    """Torch on one thread here, as in every shard replica (num_cpus=1 sets OMP_NUM_THREADS=1)
+    and in the router beside its onnx encoder (service/launch.py): with 2 threads float32
+    kernels sum in another order, which moved "the history of Rome"'s entropy by 5e-6
+    relative, in some runs, whatever the sharding."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -121,20 +121,6 @@ def test_serve_gives_torch_one_thread_beside_the_onnx_encoder_on_the_cpu(
     assert serve_torch_threads(explicit) == 3
 
 
-def test_a_local_server_setting_is_refused_on_the_ray_engine(
-    workdir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Ray Serve's proxy serves HTTP on `--engine ray`: the local server's bounds and the torch
-    threads would do nothing there, so setting one is an error that names it."""
-    assert ServiceSettings(engine="ray").engine == "ray"  # the defaults are no problem
-    assert ServiceSettings(max_headers=50).max_headers == 50  # nor on the local engine
-    monkeypatch.setenv("ATTEND_MAX_HEADERS", "50")
-    with pytest.raises(ValidationError, match="ATTEND_MAX_HEADERS: no effect with the ray engine"):
-        ServiceSettings(engine="ray")
-    with pytest.raises(ValidationError, match="ATTEND_TORCH_THREADS"):
-        ServiceSettings(engine="ray", torch_threads=2)
-
-
 def test_a_setting_both_commands_read_is_declared_once() -> None:
     """`engine` (ATTEND_ENGINE) is one field of one class that both runnables inherit, so its
     default and meaning cannot drift apart."""

@@ -23,6 +23,7 @@ encoder and attention work, beside which the parser's share is small (README "Se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import json
@@ -31,6 +32,7 @@ import math
 import resource
 import socket
 import time
+from collections.abc import Iterator
 
 import h11
 import uvicorn
@@ -305,7 +307,16 @@ def serve(app: ASGIApp, settings: ServiceSettings, sock: socket.socket) -> None:
 
 class _Server(uvicorn.Server):
     """uvicorn's server, which says where it serves once it does (with sockets of its caller's,
-    uvicorn says nothing)."""
+    uvicorn says nothing), and for which SIGTERM and SIGINT end a graceful shutdown, exit 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn raises the signal it shut down for again once it has restored the handlers it
+        # found: the default one kills the process (-15), and under `--engine ray` Ray's exits
+        # 15, both before the caller's clean-up (Ray's shutdown) ran. The shutdown was graceful.
+        with super().capture_signals():
+            yield
+            self._captured_signals.clear()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)

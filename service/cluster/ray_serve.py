@@ -1,35 +1,34 @@
 """Attend on Ray Serve (`attend serve --engine ray --shards S`): keys beyond one device.
 
-    HTTP → Router (the FastAPI app: encodes the queries, batches them, merges)
+    HTTP → attend serve's own server (service/api/server.py: the same bounds as the local engine)
+           → the router (this process: the FastAPI app; encodes the queries, batches, merges)
              ├─ shard-0 (rows 0 … N/S, replicas for load)   ─┐ each: per dense head top-k,
              ├─ shard-1                                       ├ log-sum-exp, matched; scores
              └─ …                                            ─┘ and entropy parts; global rows
 
 Every shard replica loads its contiguous slice of the index from the database (every field's
 keys), and of each newly activated generation beside it, and answers the dense heads' operations
-for it (service/cluster/deployments.py), building masks from the filters itself. The router
-serves the same app as `attend serve`, with a `ServedIndex` whose keys are the shards'
+for it (service/cluster/deployments.py), building masks from the filters itself. The router is
+the `attend serve` process itself, with a `ServedIndex` whose keys are the shards'
 (service/cluster/router.py): it holds the books and the whole catalog's BM25 index but no keys,
 and merges the shards' answers exactly (models/shard_merge.py), so a search is the
-single-process mixture of heads, and routes, errors and request batching are the single-process
-ones. Every shard call names the generation the router serves; the router switches to a new one
-only once every shard holds it, so no answer mixes two. Needs the extra:
-`pip install "attend[ray]"`.
+single-process mixture of heads, and the HTTP server, its bounds, routes, errors and request
+batching are the single-process ones: Ray Serve runs the shards only, with no HTTP proxy of its
+own (which bounded no header, timed out no slow client and answered errors in plain text). Every
+shard call names the generation the router serves; the router switches to a new one only once
+every shard holds it, so no answer mixes two. Needs the extra: `pip install "attend[ray]"`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import signal
+import socket
 import threading
 import time
-from types import FrameType
 from typing import Any, cast
 
 import ray
-from fastapi import FastAPI
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 from sqlalchemy import Engine
@@ -39,6 +38,7 @@ from indexer import store
 from indexer.db import SchemaError
 from indexer.store import LoadedIndex
 from models.shard_merge import split
+from service.api import server
 from service.api.main import create_app
 from service.cluster.deployments import NO_INDEX, RayShard, ShardDeployment
 from service.cluster.router import sharded_index
@@ -56,22 +56,28 @@ Layout = dict[int, tuple[int, int, int]]  # a shard's describe(): generation →
 
 
 @serve.deployment
-@serve.ingress()
-class Router:
-    """The HTTP entry: the app of `attend serve`, ranking through the shards. It follows new
-    generations with a `GenerationWatcher` that switches only once every shard holds the new
-    one (`ready`), so a search is answered by one generation throughout; a few seconds after
-    a switch the shards drop the generations loaded before it."""
+class Shards:
+    """The application's ingress, holding nothing: it binds the shard deployments, so that Ray
+    Serve deploys them all at once; the router reaches each by its own handle."""
 
-    # Ray Serve awaits an async constructor: the shards are asked here, off the lifespan.
-    async def __init__(  # type: ignore[misc]
-        self, settings: ServiceSettings, shards: list[DeploymentHandle[Any]]
-    ) -> None:
+    def __init__(self, shards: list[DeploymentHandle[Any]]) -> None:
+        self.count = len(shards)
+
+    def __call__(self) -> int:
+        return self.count
+
+
+class ShardedSource:
+    """The router's `IndexSource`: the index with the shards' keys. It follows new generations
+    with a `GenerationWatcher` that switches only once every shard holds the new one (`ready`),
+    so a search is answered by one generation throughout; a few seconds after a switch the
+    shards drop the generations loaded before it."""
+
+    def __init__(self, settings: ServiceSettings, shards: list[DeploymentHandle[Any]]) -> None:
         self.settings = settings
         self.shards = shards
-        self.layouts: list[Layout] = list(
-            await asyncio.gather(*(h.describe.remote() for h in shards))
-        )
+        replies = [h.describe.remote() for h in shards]
+        self.layouts: list[Layout] = [cast(Layout, r.result(timeout_s=60)) for r in replies]
         common = set.intersection(*(set(layout) for layout in self.layouts))
         if not common:
             raise SchemaError(f"the shards hold no generation in common: {self.layouts}")
@@ -79,7 +85,7 @@ class Router:
 
     def load(self, *, session: Session, model: str) -> ServedIndex:
         """The active generation's index if every shard holds it, else the newest they all
-        hold (the watcher switches later). Runs on the event loop: no shard asked here."""
+        hold (the watcher switches later). No shard asked here: their layouts are known."""
         common = set.intersection(*(set(layout) for layout in self.layouts))
         active = store.active_generation_id(session=session) or NO_INDEX
         g = active if active in common else max(common)
@@ -146,13 +152,10 @@ class Router:
             on_swap=self._drop_older,
         )
 
-    def __serve_build_asgi_app__(self) -> FastAPI:
-        return create_app(self.settings, source=self)
-
 
 def build_app(settings: ServiceSettings, *, gpus: bool = False) -> serve.Application:
     """The deployment graph: `settings.shards` shard deployments of `settings.shard_replicas`
-    replicas each (one GPU per replica when `gpus`), and the router."""
+    replicas each (one GPU per replica when `gpus`), bound to an ingress that holds nothing."""
     shard_options: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1 if gpus else 0}
     shards = [
         ShardDeployment.options(  # type: ignore[attr-defined]
@@ -162,42 +165,37 @@ def build_app(settings: ServiceSettings, *, gpus: bool = False) -> serve.Applica
         ).bind(settings, i, settings.shards)
         for i in range(settings.shards)
     ]
-    return Router.options(ray_actor_options={"num_cpus": 1}).bind(settings, shards)  # type: ignore[attr-defined, no-any-return]
+    return Shards.options(ray_actor_options={"num_cpus": 0}).bind(shards)  # type: ignore[attr-defined, no-any-return]
 
 
-def serve_forever(settings: ServiceSettings) -> None:
-    """Start (or join, with `ray_address`) Ray, deploy, and serve HTTP until SIGINT/SIGTERM."""
-    replicas = settings.shards * settings.shard_replicas + 1
+def serve_forever(settings: ServiceSettings, sock: socket.socket) -> None:
+    """Start (or join, with `ray_address`) Ray, deploy the shards, and serve HTTP on `sock`
+    (bound already) until SIGINT/SIGTERM, as the local engine does."""
+    replicas = settings.shards * settings.shard_replicas
     if settings.ray_address:
         ray.init(address=settings.ray_address)
     else:  # a local Ray; logical CPUs enough for every replica (they share the real ones)
         ray.init(num_cpus=max(os.cpu_count() or 1, replicas + 1), include_dashboard=False)
-    stop = False
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        del signum, frame
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
     try:
         resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
-        gpus = resources.get("GPU", 0) >= settings.shards * settings.shard_replicas
-        serve.start(http_options={"host": settings.host, "port": settings.port})
+        gpus = resources.get("GPU", 0) >= replicas
+        serve.start(proxy_location="Disabled")  # HTTP is this process's own server
         t0 = time.perf_counter()
-        serve.run(build_app(settings, gpus=gpus), name=APP_NAME, route_prefix="/")
+        serve.run(build_app(settings, gpus=gpus), name=APP_NAME, route_prefix=None)
+        handles = [
+            serve.get_deployment_handle(f"shard-{i}", app_name=APP_NAME)
+            for i in range(settings.shards)
+        ]
         logger.info(
-            "serving %d shards × %d replicas (%s) on http://%s:%d, deployed in %.1f s",
+            "%d shards × %d replicas (%s) deployed in %.1f s; serving on http://%s:%d",
             settings.shards,
             settings.shard_replicas,
             "GPU" if gpus else "CPU",
+            time.perf_counter() - t0,
             settings.host,
             settings.port,
-            time.perf_counter() - t0,
         )
-        while not stop:
-            time.sleep(0.2)
+        server.serve(create_app(settings, source=ShardedSource(settings, handles)), settings, sock)
     finally:
         if settings.ray_address:  # a shared cluster: take down only this application
             serve.delete(APP_NAME)
