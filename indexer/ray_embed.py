@@ -100,7 +100,7 @@ def embed_plans(
                     "model": model,
                     "device": device,
                     "batch_size": settings.encode_batch_size,
-                    "backend": settings.encoder_backend,
+                    "backend": settings.encoder_backend,  # auto: torch, for batches
                     "cache_dir": str(settings.onnx_cache_dir),
                 },
                 batch_size=settings.encode_batch_size,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -41,8 +41,10 @@ class StoreSettings(BaseSettings):
     encoder_backend: EncoderBackend = Field(
         "auto",
         description="What runs the encoder: onnx (ONNX Runtime, CPU only), torch "
-        "(sentence-transformers on the device), or auto (onnx on the CPU when onnxruntime is "
-        "installed, torch on CUDA). Both give the same vectors (cosine ≥ 0.9999).",
+        "(sentence-transformers on the device), or auto: the faster for the command, onnx on "
+        "the CPU for `attend serve`'s queries (when onnxruntime is installed), torch for "
+        "`attend index`'s batches of book texts and on CUDA. Both give the same vectors "
+        "(cosine ≥ 0.9999).",
     )
     onnx_cache_dir: str = Field(
         default_factory=lambda: str(default_onnx_cache_dir()),
@@ -77,6 +79,18 @@ class StoreSettings(BaseSettings):
             return device.strip().lower()
         raise ValueError("must be auto, cpu, cuda or cuda:N")
 
+    # what the command encodes: a search's short queries, or batches of book texts (indexing);
+    # `auto` picks the faster encoder backend for it
+    ENCODES_BATCHES: ClassVar[bool] = False
+
+    def backend(self, device: str) -> Literal["torch", "onnx"]:
+        """The encoder backend this command runs on `device` (models.encoder.pick_backend)."""
+        from models.device import pick_device
+        from models.encoder import pick_backend
+
+        on = pick_device(device).type
+        return pick_backend(self.encoder_backend, on, batches=self.ENCODES_BATCHES)
+
     def check_machine(self) -> None:
         """What depends on this machine, not on the value alone: the GPU, the model's folder,
         the onnx backend's export folder. `SettingError` names the first one wrong. Checked by
@@ -98,7 +112,10 @@ class StoreSettings(BaseSettings):
                 "here, nor a model in the local Hugging Face cache (Attend downloads nothing): "
                 "give the folder of a sentence-transformers model, or unset it"
             )
-        onnx = self.encoder_backend != "torch" and not device.startswith("cuda")
+        try:
+            onnx = self.backend(device) == "onnx"
+        except (ValueError, RuntimeError):  # onnx asked where it cannot run: said at its start
+            onnx = False
         if onnx and not _writable_folder(Path(self.onnx_cache_dir).expanduser()):
             raise SettingError(
                 f"ATTEND_ONNX_CACHE_DIR={self.onnx_cache_dir} is not a folder Attend can write to "
@@ -153,12 +170,8 @@ class RaySettings(BaseSettings):
 class IndexSettings(StoreSettings, RaySettings):
     """Settings of `attend index`."""
 
-    encoder_backend: EncoderBackend = Field(
-        "torch",
-        description="As for the service, but torch by default: on batches of book texts it "
-        "embedded faster than onnx here (63 against 56 texts/s; 36.2 against 28.9 books/s "
-        "indexing the shared catalog), while onnx wins on the single short queries of a search.",
-    )
+    ENCODES_BATCHES: ClassVar[bool] = True
+
     batch_size: int = Field(
         256, ge=1, le=100_000, description="Books per transaction: a crash loses at most one batch."
     )

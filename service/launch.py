@@ -50,7 +50,6 @@ def serve_torch_threads(settings: ServiceSettings) -> int | None:
     """torch's intra-op threads for `attend serve` with `settings`: ATTEND_TORCH_THREADS, else 1
     on the CPU with the onnx encoder, else None (torch's default)."""
     from models.device import pick_device
-    from models.encoder import pick_backend
 
     if settings.torch_threads is not None:
         return settings.torch_threads
@@ -58,7 +57,7 @@ def serve_torch_threads(settings: ServiceSettings) -> int | None:
         # torch's threads spin there, and the CPU product runs in them (MKL, models/cpu_blas.py)
         return None
     device = pick_device(settings.device)
-    if device.type == "cpu" and pick_backend(settings.encoder_backend, str(device)) == "onnx":
+    if device.type == "cpu" and settings.backend(str(device)) == "onnx":
         return 1
     return None
 

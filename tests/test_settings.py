@@ -131,3 +131,20 @@ def test_a_setting_both_commands_read_is_declared_once() -> None:
     ]
     assert declared == ["RaySettings"]
     assert ServiceSettings().engine == IndexSettings().engine == "local"
+
+
+def test_the_encoder_backend_is_declared_once_and_auto_fits_the_command(workdir: Path) -> None:
+    """ATTEND_ENCODER_BACKEND has one default, `auto`, which takes the faster backend for what
+    the command encodes: a search's short queries on onnx (on the CPU, when installed), an
+    index run's batches of book texts on torch. An explicit value is taken by both."""
+    declared = [
+        cls.__name__
+        for cls in {*ServiceSettings.__mro__, *IndexSettings.__mro__}
+        if "encoder_backend" in vars(cls).get("__annotations__", {})
+    ]
+    assert declared == ["StoreSettings"]
+    assert ServiceSettings().encoder_backend == IndexSettings().encoder_backend == "auto"
+    assert ServiceSettings().backend("cpu") == "onnx"  # the [dev] install has onnxruntime
+    assert IndexSettings().backend("cpu") == "torch"
+    assert IndexSettings(encoder_backend="onnx").backend("cpu") == "onnx"
+    assert ServiceSettings(encoder_backend="torch").backend("cpu") == "torch"

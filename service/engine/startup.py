@@ -13,7 +13,7 @@ from indexer import store
 from indexer.db import SchemaError
 from indexer.settings import IndexSettings, StoreSettings
 from models.device import pick_device
-from models.encoder import Encoder, SentenceTransformerEncoder, pick_backend
+from models.encoder import Encoder, SentenceTransformerEncoder
 from service.engine.reloader import GenerationWatcher
 from service.engine.searcher import Searcher
 from service.engine.served_index import ServedIndex
@@ -28,7 +28,7 @@ def build_encoder(settings: StoreSettings) -> Encoder:
         settings.model,
         device=device,
         batch_size=settings.encode_batch_size,
-        backend=pick_backend(settings.encoder_backend, device),
+        backend=settings.backend(device),
         cache_dir=settings.onnx_cache_dir,
     )
 
