@@ -4,6 +4,7 @@ and PyTorch's own scaled_dot_product_attention, which checks the reference in tu
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -255,6 +256,41 @@ def test_chunked_equals_unchunked() -> None:
         torch.testing.assert_close(part.logsumexp, whole.logsumexp)
         assert part.output is not None and whole.output is not None
         torch.testing.assert_close(part.output, whole.output, rtol=1e-5, atol=OUTPUT_ATOL)
+
+
+def keys_along(q: torch.Tensor, cosines: torch.Tensor, *, seed: int) -> torch.Tensor:
+    """(N, d) unit keys whose cosine with the unit query q (d,) is `cosines` (N,)."""
+    noise = torch.randn(cosines.shape[0], q.shape[0], generator=torch.Generator().manual_seed(seed))
+    ortho = F.normalize(noise - (noise @ q)[:, None] * q, dim=-1)  # (N, d) orthogonal to q
+    return cosines[:, None] * q + (1 - cosines[:, None] ** 2).sqrt() * ortho
+
+
+@pytest.mark.parametrize("chunk", [1, 64, 250])
+def test_logits_far_apart_across_chunks_match_float64(chunk: int) -> None:
+    """At the largest scale ATTEND_SCALE allows (1000), the first chunks hold finite logits far
+    below a later chunk's (cosines -0.9..-0.5 first, then up to 0.9: base-2 logits 1400+ apart,
+    past float32's 2^128), so the running max must move up when the later chunk comes in. The
+    second query, -q, sees the same keys in the other order (the best chunk first)."""
+    g = torch.Generator().manual_seed(60)
+    N, d = 500, 32
+    q = unit(1, d, seed=61)[0]  # (d,)
+    low = -0.9 + 0.4 * torch.rand(250, generator=g)  # first 250 keys: far below
+    high = -0.2 + 1.1 * torch.rand(N - 250, generator=g)  # the rest: up to 0.9
+    keys = keys_along(q, torch.cat([low, high]), seed=62)  # (N, d)
+    queries = torch.stack([q, -q])  # (2, d)
+    values = values_of(N, 6, seed=110)
+    att = attend(queries, keys, values, k=5, scale=1000.0, chunk_size=chunk)
+    ref = reference_attention(queries, keys, k=5, scale=1000.0)
+    # The winners' weights are exact (rescored in float64); the log-sum-exp's other terms carry
+    # float32 logits of ~1400 (an ulp of 1e-4): 60 draws here were at most 1.8e-6 off relative.
+    assert_same_attention(replace(att, output=None), ref, rtol=1e-5)
+    # The output sums float32 2^(x − m) with x ≈ 1400 rounded to ~1e-4: 60 draws were at most
+    # 1.9e-4 off absolute (|v| ≲ 4). A max that stops moving gives inf or NaN here.
+    expected = F.scaled_dot_product_attention(
+        queries[None].double(), keys[None].double(), values[None].double(), scale=1000.0
+    )[0]
+    assert att.output is not None
+    torch.testing.assert_close(att.output.double(), expected, rtol=1e-4, atol=1e-3)
 
 
 def test_batched_equals_one_query_at_a_time() -> None:
