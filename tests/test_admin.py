@@ -224,3 +224,44 @@ def test_a_short_token_is_refused() -> None:
     with pytest.raises(ValidationError, match="at least 16 characters"):
         ServiceSettings(admin_token="short")
     assert "short" not in repr(ServiceSettings(admin_token="x" * 16))
+
+
+def _catalog_upload(n_books: int) -> bytes:
+    """A JSONL catalog of n_books books, about 60 bytes a book."""
+    rows = (f'{{"id": "b{i}", "title": "Book number {i} of the upload"}}\n' for i in range(n_books))
+    return "".join(rows).encode()
+
+
+def test_an_upload_past_the_configured_limit_is_413(indexed: Engine) -> None:
+    """ATTEND_MAX_UPLOAD_BYTES bounds /admin/ bodies, declared (multipart with a Content-Length)
+    or streamed (chunked): past it a 413 names the limit and no job starts; under it the upload
+    is taken."""
+    limit = 4_000
+    settings = _settings(indexed, admin_token=TOKEN, generation_poll_s=0, max_upload_bytes=limit)
+    big, small = _catalog_upload(100), _catalog_upload(20)  # ~5.9 kB and ~1.2 kB
+    with TestClient(create_app(settings, encoder=FakeEncoder())) as client:
+        r = client.post("/admin/reindex", files={"catalog": ("books.jsonl", big)}, headers=AUTH)
+        assert r.status_code == 413, r.text
+        assert r.json() == {"detail": "the request body is larger than the limit of 4,000 bytes"}
+        chunks = (big[i : i + 1000] for i in range(0, len(big), 1000))  # no Content-Length
+        r = client.post(
+            "/admin/reindex",
+            content=chunks,
+            headers={**AUTH, "content-type": "application/json"},
+        )
+        assert r.status_code == 413 and "4,000 bytes" in r.json()["detail"], r.text
+        assert client.get("/healthz").json()["generation"] == 1  # nothing was re-indexed
+        r = client.post("/admin/reindex", files={"catalog": ("books.jsonl", small)}, headers=AUTH)
+        assert r.status_code == 202, r.text
+        assert _wait_job(client, r.json()["id"])["state"] == "succeeded"
+
+
+def test_the_default_upload_limit_is_the_documented_256_mib(indexed: Engine) -> None:
+    """Without ATTEND_MAX_UPLOAD_BYTES, an upload declaring one byte past 268,435,456 (the
+    README's default) is refused before any of it is read."""
+    settings = _settings(indexed, admin_token=TOKEN, generation_poll_s=0)
+    with TestClient(create_app(settings, encoder=FakeEncoder())) as client:
+        declared = {"content-length": str(268_435_457), "content-type": "multipart/form-data"}
+        r = client.post("/admin/reindex", content=b"", headers={**AUTH, **declared})
+        assert r.status_code == 413, r.text
+        assert "268,435,456 bytes" in r.json()["detail"]
