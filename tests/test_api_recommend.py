@@ -271,3 +271,36 @@ def test_a_book_under_subject_headings_gets_the_books_under_them(
         assert not body["heads"]["subjects"]["abstained"]
         lonely = client.get("/books/plain/similar").json()  # no headings at all
         assert lonely["heads"]["subjects"]["abstained"]
+
+
+# Two candidates with the liked book's one topic term ("wizard") alike, one of them with the
+# disliked book's ("desert"): only the lexical dislike can tell them apart.
+LEXICAL_DISLIKE = [
+    {"id": "liked", "title": "Quill", "description": "wizard dragon treasure"},
+    {"id": "near", "title": "Ember", "description": "wizard desert"},
+    {"id": "far", "title": "Frost", "description": "wizard school"},
+    {"id": "disliked", "title": "Sand", "description": "desert planet spice"},
+    {"id": "sea", "title": "Glass", "description": "ocean voyage storm"},
+    {"id": "hills", "title": "Stone", "description": "mountain river forest"},
+]
+
+
+def test_a_disliked_books_topic_terms_push_candidates_down_in_the_lexical_head(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """In the lexical head alone, a candidate with a disliked book's term scores lower by
+    DISLIKE_STRENGTH times its BM25 score for the disliked book's terms (book_ranking's
+    `lexical_part`): the two candidates tie without the dislike and part with it."""
+    with serve_books(engine, tmp_path, LEXICAL_DISLIKE) as client:
+        weights = []
+        for disliked in ([], ["disliked"]):
+            body = {"liked": ["liked"], "disliked": disliked, "k": 4, "heads": "lexical:1"}
+            r = client.post("/recommend", json=body)
+            assert r.status_code == 200, r.text
+            assert not r.json()["heads"]["lexical"]["abstained"]
+            weights.append({h["id"]: h["weight"] for h in r.json()["results"]})
+    before, after = weights
+    assert math.isclose(before["near"], before["far"], rel_tol=1e-6), before
+    # "desert" weighs against "near": 0.549 against 0.451 here, e^(0.9 · 0.5 · 0.44) apart (the
+    # head's scale, DISLIKE_STRENGTH, near's BM25 score for "desert"); deterministic
+    assert after["far"] > 1.1 * after["near"], after
