@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
@@ -340,6 +341,34 @@ def test_head_weights_are_normalised_and_lexical_abstains_without_evidence(
     assert posted.json()["responses"][0]["heads"] == {
         "description": {"weight": 1.0, "scale": 25.0, "abstained": False}
     }
+
+
+class SynonymEncoder(FakeEncoder):
+    """The fake encoder that reads "sorcerer" as "wizard", as a sentence embedding places a
+    synonym near the word: a strong match for a query none of whose words is in a book."""
+
+    def _word(self, word: str) -> torch.Tensor:
+        return super()._word("wizard" if word == "sorcerer" else word)
+
+
+def test_a_strong_match_with_no_query_word_in_the_catalog_is_no_strong_match(
+    settings: ServiceSettings,
+) -> None:
+    """The query "sorcerer" is in no book, yet embeds as "wizard": the description head puts
+    nearly all its weight on Harry Potter (match strength ≥ 0.55), and the vocabulary rule
+    alone says no strong match. "wizard" itself, as strong, is a strong match."""
+    with TestClient(create_app(settings, encoder=SynonymEncoder())) as client:
+        answers = {}
+        for q in ("sorcerer", "wizard"):
+            r = client.get("/search", params={"q": q, "heads": "description:1"})
+            assert r.status_code == 200, r.text
+            answers[q] = r.json()
+    for body in answers.values():
+        assert body["results"][0]["id"] == "hp"
+        assert body["match_strength"] >= 0.55  # searcher.NO_STRONG_MATCH_BELOW
+    assert answers["sorcerer"]["match_strength"] == answers["wizard"]["match_strength"]
+    assert answers["sorcerer"]["no_strong_match"] is True, "no word of the query is in a book"
+    assert answers["wizard"]["no_strong_match"] is False
 
 
 @pytest.mark.parametrize(
