@@ -16,7 +16,7 @@ import torch
 from sqlalchemy import Engine
 
 from conftest import FakeEncoder, index_books
-from service.engine.batching import BUDGET_FLOOR, SMALL_REQUEST
+from service.engine.batching import BUDGET_FLOOR, SMALL_REQUEST, Job, WaitingLine
 from service.engine.results import SearchResult
 from service.engine.searcher import Searcher, SearchOptions
 from service.engine.startup import build_searcher
@@ -31,12 +31,36 @@ BIG, BIG_REQUESTS = 64, 20
 
 class RandomEncoder(FakeEncoder):
     """A fixed random unit vector per text: no two books tie on a score, so "the same answer"
-    means the same order here (ties are tests/test_ties.py's business)."""
+    means the same order here (ties are tests/test_ties.py's business). With a `gate`, each call
+    first waits for it: the worker's first batch is held until the test's requests are all in
+    the line, so no assertion depends on how fast this thread queues them (no sleeps)."""
+
+    gate: threading.Event | None = None
 
     def encode(self, texts: list[str]) -> torch.Tensor:
+        if self.gate is not None:
+            assert self.gate.wait(30), "the requests never reached the line"
         seeds = [int(hashlib.blake2b(t.encode(), digest_size=6).hexdigest(), 16) for t in texts]
         rows = [torch.randn(self.dim, generator=torch.Generator().manual_seed(s)) for s in seeds]
         return torch.nn.functional.normalize(torch.stack(rows), dim=-1)
+
+
+def arrived(
+    s: Searcher, monkeypatch: pytest.MonkeyPatch, count: int, *, small: bool = False
+) -> threading.Event:
+    """An event set once `count` requests (small ones only, with `small`) are in `s`'s line."""
+    event, seen, add = threading.Event(), 0, s.line.add
+
+    def counted_add(job: Job) -> None:
+        nonlocal seen
+        add(job)
+        if not small or len(job.queries) <= SMALL_REQUEST:
+            seen += 1
+            if seen >= count:
+                event.set()
+
+    monkeypatch.setattr(s.line, "add", counted_add)
+    return event
 
 
 @pytest.fixture
@@ -50,7 +74,11 @@ def searcher(engine: Engine, tmp_path: Path) -> Iterator[Searcher]:
     s.close()
 
 
-def test_a_single_query_is_not_kept_behind_big_batches(searcher: Searcher) -> None:
+def test_a_single_query_is_not_kept_behind_big_batches(
+    searcher: Searcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert isinstance(searcher.encoder, RandomEncoder)
+    searcher.encoder.gate = arrived(searcher, monkeypatch, BIG_REQUESTS + 1)
     finished: list[str] = []  # the order requests were answered in
     lock = threading.Lock()
 
@@ -87,6 +115,28 @@ def test_a_single_query_is_not_kept_behind_big_batches(searcher: Searcher) -> No
         )
 
 
+def test_big_requests_waiting_together_take_turns_batch_by_batch() -> None:
+    """Two big requests in the line share every batch, a query each per round (4 + 4 of 8),
+    so neither waits for the other to finish: the line alone, no worker, no clock."""
+    line = WaitingLine(max_batch=8, window_s=0.0, batch_budget_s=0.0)
+    a = Job([f"a{i}" for i in range(16)], SearchOptions())
+    b = Job([f"b{i}" for i in range(12)], SearchOptions())
+    line.add(a)
+    line.add(b)
+    name = {id(a): "a", id(b): "b"}
+    batches = []
+    while line.pending():
+        batch = line.next_batch(wait=False)
+        assert batch is not None
+        batches.append({name[id(piece.job)]: (piece.start, piece.stop) for piece in batch})
+    assert batches == [
+        {"a": (0, 4), "b": (0, 4)},
+        {"a": (4, 8), "b": (4, 8)},
+        {"a": (8, 12), "b": (8, 12)},  # b's last queries, beside a's
+        {"a": (12, 16)},
+    ]
+
+
 class SlowEncoder(RandomEncoder):
     """1 ms a text: a batch's cost grows with its size, as the real encoder's does."""
 
@@ -96,13 +146,15 @@ class SlowEncoder(RandomEncoder):
 
 
 def test_while_small_requests_are_about_a_batch_keeps_to_the_budget(
-    engine: Engine, tmp_path: Path
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = index_books(engine, tmp_path, BOOKS, RandomEncoder())
     settings = ServiceSettings(database_url=url, device="cpu", batch_window_ms=2, max_batch=64)
-    s = build_searcher(settings, engine=engine, encoder=SlowEncoder())
+    encoder = SlowEncoder()
+    s = build_searcher(settings, engine=engine, encoder=encoder)
     s.line.batch_budget_s = 0.016  # 16 ms: at ≥ 1 ms a query, at most 16 queries a batch
     s.line.small_seen_s = 600  # the small requests stay "about" however slow the machine is
+    encoder.gate = arrived(s, monkeypatch, 3 + 4)  # the big requests and the singles
     s.start()
     try:
 
@@ -137,7 +189,9 @@ def test_while_small_requests_are_about_a_batch_keeps_to_the_budget(
 
 
 class SignallingEncoder(SlowEncoder):
-    """Sets `started` once it is encoding a text of a big request."""
+    """Sets `started` once it is encoding a text of a big request, then (through `gate`) waits
+    for the single query to be in the line: it arrives during the big batch's first encoder
+    call however slowly the test's thread runs (it once had to within ~48 ms of a sleep)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -146,11 +200,11 @@ class SignallingEncoder(SlowEncoder):
     def encode(self, texts: list[str]) -> torch.Tensor:
         if any(t.startswith("tale") for t in texts):
             self.started.set()
-        return super().encode(texts)
+        return super().encode(texts)  # waits for the gate: the single query in the line
 
 
 def test_a_single_query_is_answered_between_a_big_batch_s_encoder_calls(
-    engine: Engine, tmp_path: Path
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A single query that arrives while a 64-query batch is encoded waited for the whole
     batch; it is now answered after the encoder call under way, and the big request's answers
@@ -159,6 +213,7 @@ def test_a_single_query_is_answered_between_a_big_batch_s_encoder_calls(
     settings = ServiceSettings(database_url=url, device="cpu", max_batch=64)
     encoder = SignallingEncoder()
     s = build_searcher(settings, engine=engine, encoder=encoder)
+    encoder.gate = arrived(s, monkeypatch, 1, small=True)
     s.start()
     try:
 
