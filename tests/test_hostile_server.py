@@ -120,12 +120,24 @@ def _response_status(s: socket.socket) -> int:
     return int(head.split(b" ", 2)[1])
 
 
-def _healthy(address: tuple[str, int]) -> float:
-    """Seconds for GET /healthz on a new connection; asserts 200."""
-    t0 = time.monotonic()
-    r = httpx.get(f"http://{address[0]}:{address[1]}/healthz", timeout=10)
-    assert r.status_code == 200
-    return time.monotonic() - t0
+def _healthy(address: tuple[str, int]) -> None:
+    """GET /healthz answers 200 within GRACE_S, asked on new connections until it does (a
+    connection closed at once because the server has yet to see a hostile client leave is
+    asked again). Idle it answers in 25-30 ms here (0.024, 0.024 and 0.032 s for this file's
+    three calls); GRACE_S, the margin every deadline of this file gets, is 100 times that, which
+    a loaded 2-core machine keeps. A server still busy with the hostile client (reading its 150
+    MiB) or holding its slots after the clients left (a leak) does not answer within it."""
+    deadline = time.monotonic() + GRACE_S
+    while True:
+        left = deadline - time.monotonic()
+        assert left > 0, f"GET /healthz got no answer within {GRACE_S} s"
+        try:
+            r = httpx.get(f"http://{address[0]}:{address[1]}/healthz", timeout=left)
+        except httpx.TransportError:
+            time.sleep(0.05)
+            continue
+        assert r.status_code == 200
+        return
 
 
 def test_a_header_past_the_bound_is_refused_with_431(server: tuple[str, int]) -> None:
@@ -180,7 +192,7 @@ def test_a_150_mib_header_does_not_stall_other_clients(server: tuple[str, int]) 
     # the server stopped after the bound, not after 150 MiB, and answers others at once
     assert sent < 150 << 20
     assert time.monotonic() - t0 < GRACE_S + 1
-    assert _healthy(server) < 1.0
+    _healthy(server)
 
 
 def test_more_headers_than_the_bound_are_refused(server: tuple[str, int]) -> None:
@@ -247,5 +259,4 @@ def test_connections_past_the_bound_are_closed_at_once(server: tuple[str, int]) 
     finally:
         for s in opened:
             s.close()
-    time.sleep(0.3)
-    assert _healthy(server) < 1.0  # the slots are free again once their clients leave
+    _healthy(server)  # the slots are free again once their clients leave
