@@ -45,7 +45,6 @@ class ScoredHead:
     scale: float
 
 
-Head = DenseHead | ScoredHead
 # per head: its top rows (B, k') int64, −1 padded, their weights (B, k') float64, 0 padded, and
 # their exact raw scores (B, k') float64
 TopLists = list[tuple[Tensor, Tensor, Tensor]]

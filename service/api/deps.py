@@ -13,7 +13,6 @@ from fastapi import Depends, Request
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
-from indexer.pipeline import ProgressSnapshot
 from service.api.error_handlers import AdminAuthError
 from service.api.metrics import Metrics
 from service.engine.front import Front
@@ -68,12 +67,6 @@ async def get_jobs(request: Request) -> ReindexJobs:
     return jobs
 
 
-async def get_reindex_status(request: Request) -> ProgressSnapshot:
-    """The running (or last) re-index job's progress, read-only: state, total, done, embedded,
-    books_per_second, eta_s, generation. An idle snapshot when there was none."""
-    return (await get_jobs(request)).status()
-
-
 async def require_admin(request: Request) -> None:
     """The admin API's bearer token: 401 without one, 403 for a wrong one."""
     token: SecretStr | None = request.app.state.admin_token
@@ -92,5 +85,4 @@ MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
 FrontDep = Annotated[Front, Depends(get_front)]
 JobsDep = Annotated[ReindexJobs, Depends(get_jobs)]
-ReindexStatusDep = Annotated[ProgressSnapshot, Depends(get_reindex_status)]
 AdminDep = Depends(require_admin)

@@ -85,10 +85,6 @@ def _per_head(text: str, what: str) -> dict[str, tuple[float, str]]:
     return out
 
 
-def format_heads(weights: dict[str, float]) -> str:
-    return ",".join(f"{h}:{w:g}" for h, w in weights.items())
-
-
 HeadScales = dict[str, float]  # head → softmax scale (inverse temperature), every head of HEADS
 
 
