@@ -19,7 +19,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.index_commands import (
     NoIndexError,
@@ -32,6 +32,9 @@ from service.index_commands import (
     sqlite_file,
 )
 from service.serve_commands import cmd_demo, cmd_search, cmd_serve
+
+if TYPE_CHECKING:  # what add_subparsers returns: a class private to argparse, generic in typeshed
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 logger = logging.getLogger("attend")
 
@@ -51,6 +54,21 @@ SERVE_VERBOSE_HELP = (
 DEMO_VERBOSE_HELP = (
     "log the indexing's INFO lines too (-vv: DEBUG, the server's too); the server then logs at "
     "ATTEND_LOG_LEVEL (default INFO: its start-up and every request)"
+)
+
+
+INDEX_DESCRIPTION = (
+    "Index a catalog into the database at --database-url (default: "
+    f"ATTEND_DATABASE_URL, else {DEFAULT_DATABASE}: the file attend.db in the working "
+    "folder, created and migrated when new). The catalog becomes the index's next "
+    "generation; books the index holds but the catalog lacks are removed. Catalog: JSONL "
+    "(one object a line) or CSV with a header (UTF-8, a BOM and CRLF are fine; `,`, `;` "
+    "or tab separated); `title` "
+    "required; `id` optional (without one the `isbn` or `isbn13`, else an id derived "
+    "from title and authors); `description`, `authors` (also `author`, `author_name`: a "
+    "list, or names separated by `;` or `,`), `year`, `language` optional; names match "
+    "case-insensitively; other fields are kept as metadata, and named in a notice. The "
+    "catalog is checked before the model loads."
 )
 
 
@@ -83,23 +101,17 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="count", default=0, help="log INFO lines too (-vv: DEBUG)"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    common = [_common_options()]
+    for add_command in (_add_index, _add_delete, _add_serve, _add_demo, _add_search, _add_db):
+        add_command(sub)
+    return parser
 
+
+def _add_index(sub: Commands) -> None:
     p = sub.add_parser(
         "index",
-        parents=common,
+        parents=[_common_options()],
         help="index a catalog (.jsonl or .csv) into the database",
-        description="Index a catalog into the database at --database-url (default: "
-        f"ATTEND_DATABASE_URL, else {DEFAULT_DATABASE}: the file attend.db in the working "
-        "folder, created and migrated when new). The catalog becomes the index's next "
-        "generation; books the index holds but the catalog lacks are removed. Catalog: JSONL "
-        "(one object a line) or CSV with a header (UTF-8, a BOM and CRLF are fine; `,`, `;` "
-        "or tab separated); `title` "
-        "required; `id` optional (without one the `isbn` or `isbn13`, else an id derived "
-        "from title and authors); `description`, `authors` (also `author`, `author_name`: a "
-        "list, or names separated by `;` or `,`), `year`, `language` optional; names match "
-        "case-insensitively; other fields are kept as metadata, and named in a notice. The "
-        "catalog is checked before the model loads.",
+        description=INDEX_DESCRIPTION,
     )
     p.add_argument("path", metavar="CATALOG", help="the catalog file, .jsonl or .csv")
     p.add_argument(
@@ -145,9 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_index)
 
+
+def _add_delete(sub: Commands) -> None:
     p = sub.add_parser(
         "delete",
-        parents=common,
+        parents=[_common_options()],
         help="remove books by id (a new generation without them)",
         description="Remove books by id: a new generation without them, active at once. An id "
         "that is not in the active generation is named on stderr and skipped. Exit status 0 "
@@ -157,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ids", nargs="+", metavar="ID", help="ids of the books to remove")
     p.set_defaults(func=cmd_delete)
 
+
+def _add_serve(sub: Commands) -> None:
     p = sub.add_parser(
         "serve",
         parents=[_common_options(SERVE_VERBOSE_HELP)],
@@ -181,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_serve)
 
+
+def _add_demo(sub: Commands) -> None:
     p = sub.add_parser(
         "demo",
         parents=[_common_options(DEMO_VERBOSE_HELP)],
@@ -191,9 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve_options(p)
     p.set_defaults(func=cmd_demo)
 
+
+def _add_search(sub: Commands) -> None:
     p = sub.add_parser(
         "search",
-        parents=common,
+        parents=[_common_options()],
         help="search the index and print the ranking",
         description="Search the index at --database-url and print the ranking. When an "
         "`attend serve` answers at ATTEND_HOST:ATTEND_PORT (default 127.0.0.1:8000) for that "
@@ -231,7 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_search)
 
-    p = sub.add_parser("db", parents=common, help="database schema (Alembic migrations)")
+
+def _add_db(sub: Commands) -> None:
+    p = sub.add_parser(
+        "db", parents=[_common_options()], help="database schema (Alembic migrations)"
+    )
     p.add_argument(
         "action",
         choices=["upgrade", "downgrade", "current"],
@@ -239,7 +263,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("revision", nargs="?", help="target revision (upgrade: head, downgrade: -1)")
     p.set_defaults(func=cmd_db)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
