@@ -16,7 +16,7 @@ import torch
 from sqlalchemy import Engine
 
 from conftest import FakeEncoder, index_books
-from service.engine.batching import BUDGET_FLOOR, SMALL_REQUEST, Job, WaitingLine
+from service.engine.batching import BUDGET_FLOOR, SMALL_REQUEST, Ticket, WaitingLine
 from service.engine.results import SearchResult
 from service.engine.searcher import Searcher, SearchOptions
 from service.engine.startup import build_searcher
@@ -51,10 +51,10 @@ def arrived(
     """An event set once `count` requests (small ones only, with `small`) are in `s`'s line."""
     event, seen, add = threading.Event(), 0, s.line.add
 
-    def counted_add(job: Job) -> None:
+    def counted_add(ticket: Ticket) -> None:
         nonlocal seen
-        add(job)
-        if not small or len(job.queries) <= SMALL_REQUEST:
+        add(ticket)
+        if not small or len(ticket.queries) <= SMALL_REQUEST:
             seen += 1
             if seen >= count:
                 event.set()
@@ -119,8 +119,8 @@ def test_big_requests_waiting_together_take_turns_batch_by_batch() -> None:
     """Two big requests in the line share every batch, a query each per round (4 + 4 of 8),
     so neither waits for the other to finish: the line alone, no worker, no clock."""
     line = WaitingLine(max_batch=8, window_s=0.0, batch_budget_s=0.0)
-    a = Job([f"a{i}" for i in range(16)], SearchOptions())
-    b = Job([f"b{i}" for i in range(12)], SearchOptions())
+    a = Ticket([f"a{i}" for i in range(16)], SearchOptions())
+    b = Ticket([f"b{i}" for i in range(12)], SearchOptions())
     line.add(a)
     line.add(b)
     name = {id(a): "a", id(b): "b"}
@@ -128,7 +128,7 @@ def test_big_requests_waiting_together_take_turns_batch_by_batch() -> None:
     while line.pending():
         batch = line.next_batch(wait=False)
         assert batch is not None
-        batches.append({name[id(piece.job)]: (piece.start, piece.stop) for piece in batch})
+        batches.append({name[id(piece.ticket)]: (piece.start, piece.stop) for piece in batch})
     assert batches == [
         {"a": (0, 4), "b": (0, 4)},
         {"a": (4, 8), "b": (4, 8)},

@@ -99,7 +99,7 @@ def test_book_as_query_work_takes_turns_with_searches(engine: Engine, tmp_path: 
         for t in threads:
             t.start()
         deadline = time.monotonic() + 30
-        while sum(job.left for job in line._waiting) < 128:
+        while sum(ticket.left for ticket in line._waiting) < 128:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         similar = threading.Thread(

@@ -25,7 +25,7 @@ from indexer import store
 from indexer.book_columns import BookColumns
 from service.cluster.router import sharded_index
 from service.cluster.shard import LocalShard, Shard
-from service.engine.batching import Job
+from service.engine.batching import Ticket
 from service.engine.filters import Filters
 from service.engine.results import SearchResult
 from service.engine.searcher import Searcher, SearchOptions
@@ -228,12 +228,12 @@ def test_concurrent_searches_answer_as_the_oracle(
     s, index = searcher
     encoder = s.encoder
     assert isinstance(encoder, RandomEncoder)
-    queued: list[Job] = []
+    queued: list[Ticket] = []
     add = s.line.add
 
-    def counted_add(job: Job) -> None:
-        add(job)
-        queued.append(job)
+    def counted_add(ticket: Ticket) -> None:
+        add(ticket)
+        queued.append(ticket)
         if len(queued) == len(REQUESTS):
             encoder.gate.set()
 

@@ -51,8 +51,9 @@ ENCODE_CHUNK = 4
 
 
 @dataclass
-class Job:
-    """One request's queries, and what the worker has done with them."""
+class Ticket:
+    """One search request's place in the line: its queries, and what the worker has done with
+    them (not a re-index job: those are service/engine/reindex_jobs.py's)."""
 
     queries: list[str]
     options: SearchOptions
@@ -87,43 +88,43 @@ class Call:
 
 @dataclass
 class Slice:
-    """Queries [start, stop) of one job, answered in one batch."""
+    """Queries [start, stop) of one ticket, answered in one batch."""
 
-    job: Job
+    ticket: Ticket
     start: int
     stop: int
 
     @property
     def queries(self) -> list[str]:
-        return self.job.queries[self.start : self.stop]
+        return self.ticket.queries[self.start : self.stop]
 
     @property
     def big(self) -> bool:
         """Part of more work than a small request (its queries and those after it)."""
-        return len(self.job.queries) - self.start > SMALL_REQUEST
+        return len(self.ticket.queries) - self.start > SMALL_REQUEST
 
 
 class WaitingLine:
-    """The jobs with queries not yet in a batch, in turn; thread-safe."""
+    """The tickets with queries not yet in a batch, in turn; thread-safe."""
 
     def __init__(self, *, max_batch: int, window_s: float, batch_budget_s: float):
         self.max_batch = max_batch
         self.window = window_s
         self.batch_budget_s = batch_budget_s  # 0: batches sized by max_batch alone
         self.small_seen_s = SMALL_SEEN_S
-        self._waiting: deque[Job] = deque()
+        self._waiting: deque[Ticket] = deque()
         self._calls: deque[Call] = deque()
         self._call_next = False  # the last thing handed out was a batch: a waiting call next
         self._cost: float | None = None  # seconds per query of recent big batches (EWMA)
         self._small_seen = -math.inf  # when the last small request arrived (monotonic)
         self._small_next = False  # the last batch held big work: small requests alone next
-        self._changed = threading.Condition()  # a job arrived, or stop() was called
+        self._changed = threading.Condition()  # a ticket arrived, or stop() was called
         self._stopping = False
 
-    def add(self, job: Job) -> None:
+    def add(self, ticket: Ticket) -> None:
         with self._changed:
-            self._waiting.append(job)
-            if len(job.queries) <= SMALL_REQUEST:
+            self._waiting.append(ticket)
+            if len(ticket.queries) <= SMALL_REQUEST:
                 self._small_seen = time.monotonic()
             self._changed.notify()
 
@@ -144,15 +145,15 @@ class WaitingLine:
     def pending(self) -> bool:
         return bool(self._waiting or self._calls)
 
-    def drop(self, jobs: set[int]) -> None:
-        """Forget the jobs whose ids are in `jobs` (failed: the rest is not answered)."""
+    def drop(self, tickets: set[int]) -> None:
+        """Forget the tickets whose ids are in `tickets` (failed: the rest is not answered)."""
         with self._changed:
-            self._waiting = deque(job for job in self._waiting if id(job) not in jobs)
+            self._waiting = deque(ticket for ticket in self._waiting if id(ticket) not in tickets)
 
     def next_batch(self, *, wait: bool) -> list[Slice] | Call | None:
-        """The next batch, once a job waits (None once stop() is called): when `wait`, after
-        up to `window` for more to arrive, unless the waiting jobs fill a batch already. Or a
-        waiting call: in turn with the batches, and whenever no job waits."""
+        """The next batch, once a ticket waits (None once stop() is called): when `wait`, after
+        up to `window` for more to arrive, unless the waiting tickets fill a batch already. Or a
+        waiting call: in turn with the batches, and whenever no ticket waits."""
         with self._changed:
             while not self._waiting and not self._calls and not self._stopping:
                 self._changed.wait()
@@ -178,14 +179,14 @@ class WaitingLine:
             self._drop_cancelled()
             batch: list[Slice] = []
             size = 0
-            for job in self._waiting:
-                n = len(job.queries)
-                if job.taken == 0 and n <= SMALL_REQUEST and size + n <= self.max_batch:
-                    batch.append(Slice(job, 0, n))
+            for ticket in self._waiting:
+                n = len(ticket.queries)
+                if ticket.taken == 0 and n <= SMALL_REQUEST and size + n <= self.max_batch:
+                    batch.append(Slice(ticket, 0, n))
                     size += n
-                    job.taken = n
+                    ticket.taken = n
             if batch:
-                self._waiting = deque(job for job in self._waiting if job.left > 0)
+                self._waiting = deque(ticket for ticket in self._waiting if ticket.left > 0)
             return batch
 
     def encode_chunk(self) -> int:
@@ -211,52 +212,52 @@ class WaitingLine:
             return self.max_batch
         if not self._small_about():
             return self.max_batch
-        if all(job.left <= SMALL_REQUEST for job in self._waiting):
+        if all(ticket.left <= SMALL_REQUEST for ticket in self._waiting):
             return self.max_batch  # small requests only: a full batch serves them best
         fits = int(self.batch_budget_s / self._cost)
         return min(self.max_batch, max(BUDGET_FLOOR, fits))
 
     def _drop_cancelled(self) -> None:
-        """Forget the jobs whose clients are gone. Called under the lock."""
-        self._waiting = deque(job for job in self._waiting if not job.future.cancelled())
+        """Forget the tickets whose clients are gone. Called under the lock."""
+        self._waiting = deque(ticket for ticket in self._waiting if not ticket.future.cancelled())
 
     def _unbatched(self) -> int:
-        return sum(job.left for job in self._waiting)
+        return sum(ticket.left for ticket in self._waiting)
 
     def _take(self) -> list[Slice]:
-        """Up to `_limit()` queries from the waiting jobs, one from each in turn, small
-        requests first; a job with queries left over goes to the back of the line. Called
+        """Up to `_limit()` queries from the waiting tickets, one from each in turn, small
+        requests first; a ticket with queries left over goes to the back of the line. Called
         under the lock."""
         self._drop_cancelled()
-        small = [job for job in self._waiting if job.left <= SMALL_REQUEST]
+        small = [ticket for ticket in self._waiting if ticket.left <= SMALL_REQUEST]
         # after a batch that held big work, small requests alone (a batch of a few queries,
         # short), then big work again with the small requests that came meanwhile in front
         alone = self._small_next and self.batch_budget_s > 0 and 0 < len(small) < len(self._waiting)
         limit = self.max_batch if alone else self._limit()
         if not alone and limit < self.max_batch:  # the budget is the big work's: small ones
-            limit = min(self.max_batch, limit + sum(job.left for job in small))  # come on top
+            limit = min(self.max_batch, limit + sum(ticket.left for ticket in small))  # come on top
         # the smallest requests first in each round (a stable sort: in turn among equals)
         turn = small if alone else sorted(self._waiting, key=lambda j: j.left > SMALL_REQUEST)
         counts: dict[int, int] = {}
-        order: list[Job] = []
+        order: list[Ticket] = []
         size, progressed = 0, True
         while size < limit and progressed:
             progressed = False
-            for job in turn:
+            for ticket in turn:
                 if size == limit:
                     break
-                if job.taken + counts.get(id(job), 0) < len(job.queries):
-                    if id(job) not in counts:
-                        order.append(job)
-                    counts[id(job)] = counts.get(id(job), 0) + 1
+                if ticket.taken + counts.get(id(ticket), 0) < len(ticket.queries):
+                    if id(ticket) not in counts:
+                        order.append(ticket)
+                    counts[id(ticket)] = counts.get(id(ticket), 0) + 1
                     size += 1
                     progressed = True
         batch = []
-        for job in order:
-            batch.append(Slice(job, job.taken, job.taken + counts[id(job)]))
-            job.taken += counts[id(job)]
+        for ticket in order:
+            batch.append(Slice(ticket, ticket.taken, ticket.taken + counts[id(ticket)]))
+            ticket.taken += counts[id(ticket)]
         self._small_next = any(piece.big for piece in batch)
-        unfinished = [job for job in order if job.taken < len(job.queries)]
-        untouched = [job for job in self._waiting if id(job) not in counts]
+        unfinished = [ticket for ticket in order if ticket.taken < len(ticket.queries)]
+        untouched = [ticket for ticket in self._waiting if id(ticket) not in counts]
         self._waiting = deque(untouched + unfinished)
         return batch

@@ -23,7 +23,7 @@ from typing import TypeVar
 import torch
 
 from models.encoder import Encoder
-from service.engine.batching import Call, Job, Slice, WaitingLine
+from service.engine.batching import Call, Slice, Ticket, WaitingLine
 from service.engine.exceptions import IndexEmptyError
 from service.engine.filters import Filters
 from service.engine.query_ranking import Ranking, rank_queries
@@ -133,9 +133,9 @@ class Searcher:
         """Queue the queries for the next batch and wait for their responses."""
         if self._worker is None:
             raise RuntimeError("Searcher.start() was not called")
-        job = Job(queries, options)
-        self.line.add(job)
-        return await asyncio.wrap_future(job.future)
+        ticket = Ticket(queries, options)
+        self.line.add(ticket)
+        return await asyncio.wrap_future(ticket.future)
 
     async def call(self, work: Callable[[], T]) -> T:
         """Run `work` (torch work that is no typed search) on the worker and wait for it."""
@@ -148,8 +148,8 @@ class Searcher:
 
     def search_now(self, queries: list[str], options: SearchOptions) -> list[SearchResult]:
         """Answer in the calling thread, unbatched (the CLI)."""
-        job = Job(queries, options)
-        return self._answer([Slice(job, 0, len(queries))])[0]
+        ticket = Ticket(queries, options)
+        return self._answer([Slice(ticket, 0, len(queries))])[0]
 
     def _loop(self) -> None:
         busy = False  # did the last batch have company? then more is likely on its way
@@ -172,12 +172,12 @@ class Searcher:
                 spent = time.perf_counter() - t0 - (self._lent - lent)
                 self.line.measure(spent, sum(len(p.queries) for p in batch))
             for piece, responses in zip(batch, answers, strict=True):
-                job = piece.job
-                job.responses.extend(responses)
-                if len(job.responses) == len(job.queries) and not job.future.done():
-                    job.future.set_result(job.responses)  # done: cancelled (client gone)
+                ticket = piece.ticket
+                ticket.responses.extend(responses)
+                if len(ticket.responses) == len(ticket.queries) and not ticket.future.done():
+                    ticket.future.set_result(ticket.responses)  # done: cancelled (client gone)
         except Exception as e:  # every request in the batch gets the error, none hangs
-            self._fail({id(piece.job): piece.job for piece in batch}.values(), e)
+            self._fail({id(piece.ticket): piece.ticket for piece in batch}.values(), e)
 
     def _answer_small(self) -> None:
         """Between the encoder calls of a batch with big work: answer the small requests
@@ -195,7 +195,7 @@ class Searcher:
         current = self.index
         groups: dict[int, tuple[ServedIndex, list[int]]] = {}
         for i, piece in enumerate(batch):
-            index = current if piece.job.index is None else piece.job.index
+            index = current if piece.ticket.index is None else piece.ticket.index
             groups.setdefault(id(index), (index, []))[1].append(i)
         answers: list[list[SearchResult]] = [[] for _ in batch]
         for index, members in groups.values():
@@ -204,19 +204,21 @@ class Searcher:
             for i, responses in zip(members, answered, strict=True):
                 answers[i] = responses
         for piece in batch:
-            if piece.job.index is None:
-                piece.job.index = current
+            if piece.ticket.index is None:
+                piece.ticket.index = current
         return answers
 
-    def _fail(self, jobs: Iterable[Job], error: Exception) -> None:
-        self.line.drop({id(job) for job in jobs})  # the rest of their queries is not answered
-        for job in jobs:
-            if not job.future.done():
-                job.future.set_exception(error)
+    def _fail(self, tickets: Iterable[Ticket], error: Exception) -> None:
+        self.line.drop(
+            {id(ticket) for ticket in tickets}
+        )  # the rest of their queries is not answered
+        for ticket in tickets:
+            if not ticket.future.done():
+                ticket.future.set_exception(error)
 
     def _answer(
         self,
-        jobs: list[Slice],
+        tickets: list[Slice],
         index: ServedIndex | None = None,
         *,
         between: Callable[[], None] | None = None,
@@ -225,12 +227,12 @@ class Searcher:
             index = self.index  # one generation for the whole batch, even if a swap comes
         if len(index) == 0:
             raise IndexEmptyError()
-        texts = [text for job in jobs for text in job.queries]
+        texts = [text for ticket in tickets for text in ticket.queries]
         logger.debug("batch of %d queries: %r", len(texts), texts)
         q = self._encode(texts, between)  # (B, d)
-        filters = [s.job.options.filters for s in jobs for _ in s.queries]
-        heads = [s.job.options.heads or self.heads for s in jobs for _ in s.queries]
-        k = max(s.job.options.offset + s.job.options.k for s in jobs)
+        filters = [s.ticket.options.filters for s in tickets for _ in s.queries]
+        heads = [s.ticket.options.heads or self.heads for s in tickets for _ in s.queries]
+        k = max(s.ticket.options.offset + s.ticket.options.k for s in tickets)
         rankings = iter(
             rank_queries(
                 index,
@@ -245,7 +247,8 @@ class Searcher:
         self.batch_sizes.append(len(texts))
         self.batch_counts[len(texts)] += 1
         return [
-            [self._result(index, t, s.job.options, next(rankings)) for t in s.queries] for s in jobs
+            [self._result(index, t, s.ticket.options, next(rankings)) for t in s.queries]
+            for s in tickets
         ]
 
     def _encode(self, texts: list[str], between: Callable[[], None] | None) -> torch.Tensor:
