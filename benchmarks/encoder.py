@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 
 from benchmarks.queries import QUERIES, percentile
+from indexer.batches import field_texts
 from indexer.catalog import read_catalog
 from indexer.data import DEMO_CATALOG
-from indexer.pipeline import field_texts
 from models.defaults import DEFAULT_MODEL, default_onnx_cache_dir
 from models.encoder import Backend, SentenceTransformerEncoder
 from models.onnx_encoder import model_slug

@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 
 from benchmarks._common import run_as_the_service
 from benchmarks.queries import unique_queries
-from indexer import db, pipeline, ray_embed, store
+from indexer import db, loaded_index, pipeline, ray_embed, store
 from indexer.catalog import CatalogRecord, scan_catalog
 from indexer.data import DEMO_CATALOG
 from indexer.settings import IndexSettings
@@ -122,16 +122,16 @@ def _row(name: str, report: pipeline.IndexReport, startup: float) -> dict[str, A
     }
 
 
-def _load(url: str, model: str) -> store.LoadedIndex:
+def _load(url: str, model: str) -> loaded_index.LoadedIndex:
     engine = db.create_db_engine(url)
     try:
         with Session(engine) as session:
-            return store.load_index(session=session, model=model)
+            return loaded_index.load_index(session=session, model=model)
     finally:
         engine.dispose()
 
 
-def _descriptions(url: str, index: store.LoadedIndex) -> list[str | None]:
+def _descriptions(url: str, index: loaded_index.LoadedIndex) -> list[str | None]:
     """The lexical head's descriptions of `index`'s books, as the service reads them."""
     engine = db.create_db_engine(url)
     try:

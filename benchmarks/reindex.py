@@ -26,7 +26,7 @@ import torch
 from sqlalchemy.engine import make_url
 
 from benchmarks._common import dump_json, environment, log, out, table
-from indexer import db, pipeline, store
+from indexer import db, pipeline, vector_format
 from indexer.catalog import CatalogRecord, read_catalog
 from indexer.data import DEMO_CATALOG
 from indexer.settings import IndexSettings
@@ -63,8 +63,8 @@ def batch_texts(records: list[CatalogRecord], batch_size: int, model: str) -> li
     for start in range(0, len(records), batch_size):
         texts: dict[str, str] = {}
         for r in records[start : start + batch_size]:
-            for text in pipeline.field_texts(r).values():
-                h = store.content_hash(model, text)
+            for text in batches.field_texts(r).values():
+                h = vector_format.content_hash(model, text)
                 if h not in seen:
                     texts[h] = text
         seen.update(texts)

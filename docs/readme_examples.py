@@ -129,7 +129,7 @@ def _search_table(client: Any, example: Example) -> str:
     """What `attend search ARGS` prints: the same search through GET /search, as a table."""
     import shlex
 
-    from service.cli import build_parser
+    from service.cli_parser import build_parser
     from service.serve_commands import table
 
     args = build_parser().parse_args(["search", *shlex.split(example.path)])

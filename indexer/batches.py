@@ -11,6 +11,8 @@ every book has both keys). Its value is the description's key (V = K).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,12 +22,13 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from indexer import store
+from indexer import loaded_index, store
 from indexer.catalog import CatalogRecord
 from indexer.schema import Book, BookVector, Vector
+from indexer.vector_format import DTYPE, content_hash, to_bytes
 
-FIELDS = store.KEY_FIELDS  # ("title", "description"): one key per field
-VALUE_FIELD = store.VALUE_FIELD  # the value is the description's key
+FIELDS = loaded_index.KEY_FIELDS  # ("title", "description"): one key per field
+VALUE_FIELD = loaded_index.VALUE_FIELD  # the value is the description's key
 _CHUNK = 500  # ids per IN (...) list
 
 
@@ -72,6 +75,21 @@ class BatchPlan:
         return len(self.changes) - self.added
 
 
+def record_hash(model: str, record: CatalogRecord) -> str:
+    """What a book row was made from: the model and every field of the record."""
+    fields = [
+        record.id,
+        record.title,
+        record.description,
+        record.authors,
+        record.year,
+        record.language,
+        record.extra,
+    ]
+    payload = json.dumps([model, *fields], sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
 def plan_batch(
     *, session: Session, records: Sequence[CatalogRecord], model: str, generation: int
 ) -> BatchPlan:
@@ -88,14 +106,14 @@ def plan_batch(
     }
     texts: dict[str, str] = {}
     for r in records:
-        h = store.record_hash(model, r)
+        h = record_hash(model, r)
         row_id, old_hash, valid_from = current.get(r.id, (None, None, None))
         if old_hash == h:
             plan.unchanged += 1
             continue
         hashes = {}
         for slot, text in slots(r).items():
-            hashes[slot] = store.content_hash(model, text)
+            hashes[slot] = content_hash(model, text)
             texts[hashes[slot]] = text
         plan.changes.append(BookChange(r, h, hashes, row_id, valid_from))
     plan.known = stored_vectors(session=session, model=model, hashes=texts)
@@ -165,8 +183,8 @@ def _insert_vectors(
             "model": model,
             "content_hash": h,
             "dim": int(v.shape[0]),
-            "dtype": store.DTYPE,
-            "data": store.to_bytes(v),
+            "dtype": DTYPE,
+            "data": to_bytes(v),
             "created_at": now,
         }
         for h, v in vectors.items()

@@ -1,115 +1,36 @@
-"""What `attend index`, `attend delete` and `attend db` do, and the database helpers every
-command shares (service/cli.py parses the command line and calls these). As in the CLI, the
-heavy modules are imported inside each function, when the command runs."""
+"""What `attend index`, `attend delete` and `attend db` do (service/cli_parser.py parses the
+command line, service/cli.py calls these). As in the CLI, the heavy modules are imported inside
+each function, when the command runs."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
-import logging
 import sys
-import time
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+
+from service.command_database import (
+    NoIndexError,
+    database_url_of,
+    no_lock_file_left,
+    open_index,
+    overrides,
+    shown,
+    sqlite_file,
+)
+from service.index_progress import ProgressBar, log_progress
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from indexer import pipeline
     from indexer.catalog import CatalogSnapshot
+    from indexer.embedding import Embedder
     from indexer.settings import IndexSettings
-
-logger = logging.getLogger("attend")
-
-NO_INDEX_HINT = (
-    "index a catalog first: `attend index CATALOG` (or `attend demo` for the bundled one), or "
-    "point --database-url or ATTEND_DATABASE_URL at an index"
-)
-
-
-class NoIndexError(RuntimeError):
-    """The database a reading command was pointed at holds no Attend index at all."""
 
 
 class RayMissingError(RuntimeError):
     pass
-
-
-def overrides(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
-    """The options given on the command line, as settings fields (they win over ATTEND_*)."""
-    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
-
-
-def database_url_of(args: argparse.Namespace) -> str:
-    from indexer.settings import StoreSettings
-
-    return args.database_url or StoreSettings().database_url
-
-
-def sqlite_file(url: str) -> Path | None:
-    """The file of a SQLite URL (None for other databases and in-memory SQLite)."""
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database)
-
-
-def shown(url: str) -> str:
-    """`url` without its password, a relative SQLite path made absolute (where the file is)."""
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    file = sqlite_file(url)
-    if file is not None:
-        parsed = parsed.set(database=str(file.resolve()))
-    return parsed.render_as_string(hide_password=True)
-
-
-def open_index(url: str) -> Engine:
-    """An engine on an existing index, never creating one: connecting to a missing SQLite file
-    would leave an empty one behind, and `attend db upgrade` would only lead to "the index holds
-    no books". A database at an older revision still gets the `attend db upgrade` hint."""
-    from indexer import db
-
-    file = sqlite_file(url)
-    if file is not None and not file.exists():
-        raise NoIndexError(f"no index at {shown(url)} (there is no {file}): {NO_INDEX_HINT}")
-    engine = db.create_db_engine(url)
-    try:
-        if db.current_revision(engine) is None:
-            raise NoIndexError(f"{shown(url)} holds no Attend index: {NO_INDEX_HINT}")
-        db.ensure_schema(engine, create_if_new=False)
-    except BaseException:
-        engine.dispose()
-        raise
-    return engine
-
-
-@contextlib.contextmanager
-def no_lock_file_left(url: str) -> Iterator[None]:
-    """On SQLite, the one-writer lock (indexer.generations.writer_lock) is an flock on
-    DATABASE.index-lock, a file it creates and keeps. It is removed here after the command,
-    and only while this process holds the lock itself: a writer running now keeps its file.
-    (Left: a writer that opened the file just before the unlink and locks it just after holds a
-    lock no later writer sees; the two steps are microseconds apart.)"""
-    try:
-        yield
-    finally:
-        file = sqlite_file(url)
-        lock = Path(f"{file}.index-lock") if file is not None else None
-        if lock is not None and lock.exists():
-            with lock.open("a") as f:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    pass  # another writer is running: the file is its lock
-                else:
-                    lock.unlink(missing_ok=True)
-                    fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -195,6 +116,7 @@ def _index(
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     from indexer import pipeline
+    from indexer.progress import Progress
     from service.engine.startup import build_encoder
 
     bar = ProgressBar() if sys.stderr.isatty() else None
@@ -212,13 +134,13 @@ def _index(
             skip_invalid=args.skip_invalid,
             keep_missing=args.keep_missing,
             allow_mass_delete=getattr(args, "allow_mass_delete", False),  # demo: none
-            progress=pipeline.Progress(bar.update if bar else _log_progress),
+            progress=Progress(bar.update if bar else log_progress),
             embedder=embedder,
         )
 
 
 @contextlib.contextmanager
-def _embedder(settings: IndexSettings, model: str) -> Iterator[pipeline.Embedder | None]:
+def _embedder(settings: IndexSettings, model: str) -> Iterator[Embedder | None]:
     """None (embed in this process), or with the ray engine Ray Data actors on a Ray cluster
     (`settings.ray_address`, else a local Ray for the run)."""
     from functools import partial
@@ -236,59 +158,14 @@ def _embedder(settings: IndexSettings, model: str) -> Iterator[pipeline.Embedder
         )
 
 
-class ProgressBar:
-    """tqdm on a terminal's stderr: books done, books/s, the ETA and the texts embedded."""
-
-    def __init__(self) -> None:
-        from tqdm import tqdm
-
-        self._bar = tqdm(total=0, unit="book", desc="loading the model")
-
-    def update(self, p: pipeline.ProgressSnapshot) -> None:
-        if p.state == "validating":
-            self._bar.set_description("validating")
-        elif p.state == "indexing":
-            if self._bar.total != p.total:
-                self._bar.reset(total=p.total)
-                self._bar.set_description(f"generation {p.generation}")
-            # the postfix first: update() redraws, and would show the last batch's count
-            # (embedded=0 at 100% for a catalog of one batch)
-            self._bar.set_postfix(embedded=p.embedded, refresh=False)
-            self._bar.update(p.done - self._bar.n)
-
-    def close(self) -> None:
-        self._bar.close()
-
-
-_last_log = [0.0]
-
-
-def _log_progress(p: pipeline.ProgressSnapshot) -> None:
-    """Without a terminal: a log line at most every 5 s."""
-    recent = time.monotonic() - _last_log[0] < 5
-    if p.state != "indexing" or not p.done or (recent and p.done < p.total):
-        return
-    _last_log[0] = time.monotonic()
-    eta = f"{p.eta_s:.0f} s" if p.eta_s is not None else "?"
-    logger.info(
-        "generation %s: %d/%d books (%.1f books/s, ETA %s), %d texts embedded",
-        p.generation,
-        p.done,
-        p.total,
-        p.books_per_second,
-        eta,
-        p.embedded,
-    )
-
-
 def cmd_delete(args: argparse.Namespace) -> int:
-    from indexer import pipeline
+    from indexer.deletion import delete_books
 
     url = database_url_of(args)
     engine = open_index(url)
     try:
         with no_lock_file_left(url):
-            report = pipeline.delete_books(engine=engine, book_ids=args.ids)
+            report = delete_books(engine=engine, book_ids=args.ids)
     finally:
         engine.dispose()
     # a partial success is a success (exit 0): the books asked for are gone from the index,

@@ -52,7 +52,7 @@ def local_identity(url: str) -> IndexIdentity | None:
     from sqlalchemy.orm import Session
 
     from indexer import db, store
-    from service.index_commands import sqlite_file
+    from service.command_database import sqlite_file
 
     file = sqlite_file(url)
     if file is not None and not file.exists():

@@ -1,5 +1,5 @@
-"""What `attend serve`, `attend demo` and `attend search` do (service/cli.py parses the command
-line and calls these; heavy modules are imported when a command runs)."""
+"""What `attend serve`, `attend demo` and `attend search` do (service/cli_parser.py parses the
+command line, service/cli.py calls these; heavy modules are imported when a command runs)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import socket
 import sys
 from typing import Any
 
-from service.index_commands import cmd_index, no_lock_file_left, open_index, overrides
+from service.command_database import no_lock_file_left, open_index, overrides
+from service.index_commands import cmd_index
 
 logger = logging.getLogger("attend")
 

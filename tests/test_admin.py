@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from conftest import FakeEncoder, write_jsonl
-from indexer import pipeline, store
+from indexer import loaded_index, pipeline
 from indexer.settings import IndexSettings
 from service.api.main import create_app
 from service.settings import ServiceSettings
@@ -108,7 +108,7 @@ def test_the_service_swaps_in_a_generation_activated_elsewhere(
         # the diff, folded into the old index's own arrays, gave what a full load gives
         served = client.app.state.searcher.index  # type: ignore[attr-defined]
         with Session(indexed) as session:
-            full = store.load_index(session=session, model=FakeEncoder.name)
+            full = loaded_index.load_index(session=session, model=FakeEncoder.name)
         assert served.books == full.books
         for field, keys in full.keys.items():
             assert np.array_equal(served.keys.by_field[field].numpy(), keys)

@@ -21,7 +21,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from conftest import FakeEncoder, index_file, serve_books, write_jsonl
-from indexer import pipeline, store
+from indexer import deletion, loaded_index, pipeline, progress, store
 from indexer.catalog import (
     MAX_DEPTH,
     CatalogError,
@@ -138,7 +138,7 @@ def test_an_unstorable_row_stops_the_run_or_is_skipped(
     with Session(engine) as session:
         assert store.get_book(session=session, book_id="good") is not None
         assert store.get_book(session=session, book_id="y") is None
-    assert pipeline.delete_books(engine=engine, book_ids=["good"]).removed == ["good"]
+    assert deletion.delete_books(engine=engine, book_ids=["good"]).removed == ["good"]
 
 
 # Rows at the edge of every limit: stored and served back exactly.
@@ -182,7 +182,7 @@ def test_a_catalog_rewritten_during_the_run_is_indexed_as_validated(
         {"id": "b0"},
     ]
 
-    def rewrite(p: pipeline.ProgressSnapshot) -> None:
+    def rewrite(p: progress.ProgressSnapshot) -> None:
         if p.state == "indexing" and p.done == 0:
             write_jsonl(path, rewritten)
 
@@ -192,12 +192,12 @@ def test_a_catalog_rewritten_during_the_run_is_indexed_as_validated(
         engine=engine,
         encoder=FakeEncoder(),
         path=path,
-        progress=pipeline.Progress(rewrite),
+        progress=progress.Progress(rewrite),
     )
     assert json.loads(path.read_text().splitlines()[0])["id"] == "intruder"  # it was rewritten
     assert (report.books, report.added, report.removed, report.rejected) == (6, 6, 0, [])
     with Session(engine) as session:
-        index = store.load_index(session=session, model=FakeEncoder.name)
+        index = loaded_index.load_index(session=session, model=FakeEncoder.name)
     assert index.ids == sorted(str(b["id"]) for b in books)
 
 
@@ -308,10 +308,10 @@ def test_a_run_that_fails_midway_ends_its_generation_failed(engine: Engine, tmp_
     assert _states(engine) == ["active", FAILED]
     assert BUILDING not in _states(engine)
     with Session(engine) as session:
-        assert store.load_index(session=session, model=FakeEncoder.name).ids == ["good"]
+        assert loaded_index.load_index(session=session, model=FakeEncoder.name).ids == ["good"]
         failed = session.scalars(select(Generation).where(Generation.state == FAILED)).one()
         assert failed.error is not None and "the encoder failed" in failed.error
-    assert pipeline.delete_books(engine=engine, book_ids=["good"]).removed == ["good"]
+    assert deletion.delete_books(engine=engine, book_ids=["good"]).removed == ["good"]
 
 
 def _uploads_left(folder: Path) -> list[str]:

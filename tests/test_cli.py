@@ -19,9 +19,10 @@ from sqlalchemy.orm import Session
 from conftest import ATTEND, index_books, write_jsonl
 from indexer import db, store
 from indexer.generations import writer_lock
-from indexer.pipeline import ProgressSnapshot
-from service.cli import build_parser, main
-from service.index_commands import ProgressBar
+from indexer.progress import ProgressSnapshot
+from service.cli import main
+from service.cli_parser import build_parser
+from service.index_progress import ProgressBar
 
 GOOD = {"id": "a", "title": "Dune", "description": "Desert planet.", "year": 1965}
 
@@ -261,7 +262,8 @@ def test_help_loads_no_model_stack() -> None:
     they took 1.4 s of its 1.9 s."""
     code = (
         "import sys\n"
-        "from service.cli import build_parser\n"
+        "import service.cli\n"
+        "from service.cli_parser import build_parser\n"
         "for argv in (['--help'], ['index', '--help'], ['search', '--help']):\n"
         "    try:\n"
         "        build_parser().parse_args(argv)\n"

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from indexer.settings import IndexSettings
-from service.cli import build_parser
+from service.cli_parser import build_parser
 from service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]

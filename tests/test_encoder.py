@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from indexer.batches import field_texts
 from indexer.catalog import read_catalog
 from indexer.data import DEMO_CATALOG
-from indexer.pipeline import field_texts
 from models.encoder import SentenceTransformerEncoder, pick_backend
 from models.onnx_encoder import (
     FORMAT_VERSION,

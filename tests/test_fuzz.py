@@ -30,7 +30,7 @@ from sqlalchemy import Engine
 from starlette.routing import Route
 
 from conftest import BACKENDS, FakeEncoder, index_demo_catalog, new_database
-from indexer import db, pipeline
+from indexer import db, pipeline, snapshot_guard
 from indexer.catalog import MAX_DEPTH
 from indexer.settings import IndexSettings
 from models.text import normalize_id
@@ -246,7 +246,7 @@ def _index_and_check(
             skip_invalid=True,
             allow_mass_delete=True,  # each example replaces the last one's books
         )
-    except pipeline.SnapshotRefusedError as e:  # no valid row: refused, nothing written
+    except snapshot_guard.SnapshotRefusedError as e:  # no valid row: refused, nothing written
         assert total == 0 and "holds no valid book" in str(e), (total, e)
         return
     client.app.state.watcher.check()  # type: ignore[attr-defined]

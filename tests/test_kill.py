@@ -21,7 +21,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from conftest import write_jsonl
-from indexer import db, pipeline, store
+from indexer import db, loaded_index, pipeline, store
 from indexer.catalog import CatalogRecord, read_catalog
 from indexer.data import DEMO_CATALOG
 from indexer.schema import Book, BookVector, Generation, Vector
@@ -168,8 +168,8 @@ def test_sigkill_mid_run_then_resume(
 
 def _assert_same_index(engine: Engine, ref_engine: Engine, model: str) -> None:
     with Session(engine) as session, Session(ref_engine) as ref_session:
-        got = store.load_index(session=session, model=model)
-        want = store.load_index(session=ref_session, model=model)
+        got = loaded_index.load_index(session=session, model=model)
+        want = loaded_index.load_index(session=ref_session, model=model)
         assert (got.books, got.generation) == (want.books, want.generation)
         for f in want.keys:
             assert np.allclose(got.keys[f], want.keys[f], atol=1e-5), f

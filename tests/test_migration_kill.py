@@ -27,7 +27,7 @@ from sqlalchemy import Engine, event, inspect, text
 from sqlalchemy.orm import Session
 
 from conftest import new_database
-from indexer import db, store
+from indexer import db, loaded_index, store
 
 _FORK = multiprocessing.get_context("fork")  # the test's imports already done: starts in ms
 
@@ -118,7 +118,7 @@ def _check_whole(engine: Engine, reference: dict[str, Any], *, books: int) -> No
     with Session(engine) as session:
         assert store.index_id(session=session)
         if books:
-            index = store.load_index(session=session, model="m")
+            index = loaded_index.load_index(session=session, model="m")
             assert (index.ids, index.generation) == ([f"b{i}" for i in range(books)], 1)
             assert index.keys["title"][2].tolist() == [2.0] * 4
 
@@ -164,7 +164,7 @@ def test_an_upgrade_left_half_applied_by_old_code_is_recovered(database_url: str
             conn.execute(text("CREATE TABLE book_versions (row_id INTEGER PRIMARY KEY)"))
         db.upgrade(engine)
         with Session(engine) as session:
-            index = store.load_index(session=session, model="m")
+            index = loaded_index.load_index(session=session, model="m")
             assert (index.ids, index.generation) == (["b0", "b1", "b2"], 1)
     finally:
         engine.dispose()

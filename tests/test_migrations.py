@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import func, inspect, select, text
 from sqlalchemy.orm import Session
 
-from indexer import db, store
+from indexer import db, loaded_index, store
 from indexer.schema import Vector
 
 
@@ -105,7 +105,7 @@ def test_an_0001_index_becomes_generation_1_and_comes_back_on_downgrade(
 
         db.upgrade(engine)
         with Session(engine) as session:
-            index = store.load_index(session=session, model="m")
+            index = loaded_index.load_index(session=session, model="m")
             assert index.ids == ["b0", "b1", "b2"] and index.generation == 1
             assert index.keys["title"][1].tolist() == [12.0] * 4  # "t1": 10·1 + 2
             assert index.keys["description"][2].tolist() == [24.0] * 4

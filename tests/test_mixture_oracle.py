@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from conftest import FakeEncoder
-from indexer import store
+from indexer import loaded_index
 from indexer.book_columns import BookColumns
 from service.cluster.router import sharded_index
 from service.cluster.shard import LocalShard, Shard
@@ -65,7 +65,7 @@ class RandomEncoder(FakeEncoder):
         return torch.nn.functional.normalize(torch.stack(rows), dim=-1)
 
 
-def catalog() -> tuple[store.LoadedIndex, list[str]]:
+def catalog() -> tuple[loaded_index.LoadedIndex, list[str]]:
     """N books with random title and description keys, years (some missing), languages and
     authors to filter on, and descriptions of WORDS (the lexical head's): no query word is one."""
     authors = [
@@ -80,7 +80,7 @@ def catalog() -> tuple[store.LoadedIndex, list[str]]:
         languages=["fr" if i % 3 == 0 else "en" if i % 3 == 1 else None for i in range(N)],
     )
     description = unit_rows(N, seed=2)
-    index = store.LoadedIndex(
+    index = loaded_index.LoadedIndex(
         books=books,
         keys={"title": unit_rows(N, seed=1), "description": description},
         values=description,
@@ -161,7 +161,7 @@ class Expected:
 
 
 def oracle(
-    index: store.LoadedIndex,
+    index: loaded_index.LoadedIndex,
     q: np.ndarray,
     options: SearchOptions,
     *,
@@ -199,7 +199,7 @@ def oracle(
     )
 
 
-def served(kind: str, index: store.LoadedIndex, descriptions: list[str]) -> ServedIndex:
+def served(kind: str, index: loaded_index.LoadedIndex, descriptions: list[str]) -> ServedIndex:
     """The index as one process serves it, or as the router does over LocalShards; in chunks
     of 64 keys, so that every head's softmax streams."""
     if kind == "one-process":
@@ -213,7 +213,7 @@ def served(kind: str, index: store.LoadedIndex, descriptions: list[str]) -> Serv
 
 
 @pytest.fixture(params=["one-process", "2-shards", "3-shards"])
-def searcher(request: pytest.FixtureRequest) -> Iterator[tuple[Searcher, store.LoadedIndex]]:
+def searcher(request: pytest.FixtureRequest) -> Iterator[tuple[Searcher, loaded_index.LoadedIndex]]:
     index, descriptions = catalog()
     # the service's settings (their head scales; batches of up to 64 queries)
     s = searcher_of(ServiceSettings(), RandomEncoder(), served(request.param, index, descriptions))
@@ -223,7 +223,7 @@ def searcher(request: pytest.FixtureRequest) -> Iterator[tuple[Searcher, store.L
 
 
 def test_concurrent_searches_answer_as_the_oracle(
-    searcher: tuple[Searcher, store.LoadedIndex], monkeypatch: pytest.MonkeyPatch
+    searcher: tuple[Searcher, loaded_index.LoadedIndex], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s, index = searcher
     encoder = s.encoder

@@ -10,7 +10,7 @@ from sqlalchemy import Engine, inspect
 from sqlalchemy.orm import Session
 
 from conftest import FakeEncoder, write_jsonl
-from indexer import db, pipeline, store
+from indexer import batches, db, deletion, loaded_index, pipeline, store
 from indexer.catalog import CatalogError, CatalogRecord
 from indexer.settings import IndexSettings
 
@@ -54,14 +54,14 @@ def test_index_writes_books_vectors_and_metadata(
     assert fake_encoder.calls == 3  # batches of 2: one encoder call and one transaction each
 
     with Session(engine) as session:
-        index = store.load_index(session=session, model=fake_encoder.name)
+        index = loaded_index.load_index(session=session, model=fake_encoder.name)
         assert index.ids == sorted(b["id"] for b in BOOKS)
         records = [
             CatalogRecord(id=b["id"], title=b["title"], description=b.get("description"))  # type: ignore[arg-type]
             for b in sorted(BOOKS, key=lambda b: str(b["id"]))
         ]
-        for field in pipeline.FIELDS:
-            expected = FakeEncoder().encode([pipeline.field_texts(r)[field] for r in records])
+        for field in batches.FIELDS:
+            expected = FakeEncoder().encode([batches.field_texts(r)[field] for r in records])
             assert np.allclose(index.keys[field], expected.numpy())
         assert index.values is index.keys["description"]
         meta = store.get_metadata(session=session)
@@ -71,12 +71,12 @@ def test_index_writes_books_vectors_and_metadata(
 
 
 def test_field_texts_fall_back_to_the_title_without_a_description() -> None:
-    assert pipeline.FIELDS == ("title", "description")
-    assert pipeline.field_texts(CatalogRecord(id="a", title="T", description="D")) == {
+    assert batches.FIELDS == ("title", "description")
+    assert batches.field_texts(CatalogRecord(id="a", title="T", description="D")) == {
         "title": "T",
         "description": "D",
     }
-    assert pipeline.field_texts(CatalogRecord(id="a", title="T")) == {
+    assert batches.field_texts(CatalogRecord(id="a", title="T")) == {
         "title": "T",
         "description": "T",
     }
@@ -102,7 +102,7 @@ def test_rerun_embeds_only_what_changed(engine: Engine, tmp_path: Path) -> None:
         hp = store.get_book(session=session, book_id="hp")
         assert hp is not None and hp.year == 1998
         assert store.get_book(session=session, book_id="sicp") is None
-        assert len(store.load_index(session=session, model=FakeEncoder.name)) == 4
+        assert len(loaded_index.load_index(session=session, model=FakeEncoder.name)) == 4
 
     kept = _run(
         engine, write_jsonl(tmp_path / "c3.jsonl", BOOKS[:1]), FakeEncoder(), keep_missing=True
@@ -157,20 +157,23 @@ def test_a_new_model_re_embeds_everything(engine: Engine, tmp_path: Path) -> Non
     report = _run(engine, path, other)
     assert report.updated == 5 and other.texts_encoded == 9  # hp: its title twice, once
     with Session(engine) as session:
-        assert len(store.load_index(session=session, model="other-model")) == 5
-        assert len(store.load_index(session=session, model=FakeEncoder.name)) == 0
+        assert len(loaded_index.load_index(session=session, model="other-model")) == 5
+        assert len(loaded_index.load_index(session=session, model=FakeEncoder.name)) == 0
 
 
 def test_delete_books_makes_a_generation_without_them(
     engine: Engine, tmp_path: Path, fake_encoder: FakeEncoder
 ) -> None:
     _run(engine, write_jsonl(tmp_path / "c.jsonl", BOOKS), fake_encoder)
-    report = pipeline.delete_books(engine=engine, book_ids=["dune", "nope", "hp"])
+    report = deletion.delete_books(engine=engine, book_ids=["dune", "nope", "hp"])
     assert (report.removed, report.unknown, report.generation) == (["dune", "hp"], ["nope"], 2)
     with Session(engine) as session:
-        assert store.load_index(session=session, model=fake_encoder.name).ids == [
+        assert loaded_index.load_index(session=session, model=fake_encoder.name).ids == [
             "db",
             "dl",
             "sicp",
         ]
-        assert len(store.load_index(session=session, model=fake_encoder.name, generation=1)) == 5
+        assert (
+            len(loaded_index.load_index(session=session, model=fake_encoder.name, generation=1))
+            == 5
+        )

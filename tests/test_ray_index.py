@@ -15,11 +15,11 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from indexer import db, pipeline, store
+from indexer import db, loaded_index, pipeline
 from indexer.data import DEMO_CATALOG
 from indexer.settings import IndexSettings
 from models.encoder import SentenceTransformerEncoder
-from service.cli import build_parser
+from service.cli_parser import build_parser
 from service.engine.filters import Filters
 from service.engine.query_ranking import rank_queries
 from service.engine.served_index import ServedIndex
@@ -62,17 +62,17 @@ def _index(
         engine.dispose()
 
 
-def _load(url: str, model: str) -> store.LoadedIndex:
+def _load(url: str, model: str) -> loaded_index.LoadedIndex:
     engine: Engine = db.create_db_engine(url)
     try:
         with Session(engine) as session:
-            return store.load_index(session=session, model=model)
+            return loaded_index.load_index(session=session, model=model)
     finally:
         engine.dispose()
 
 
 def _assert_same_index(
-    a: store.LoadedIndex, b: store.LoadedIndex, encoder: SentenceTransformerEncoder
+    a: loaded_index.LoadedIndex, b: loaded_index.LoadedIndex, encoder: SentenceTransformerEncoder
 ) -> None:
     assert a.books == b.books
     assert set(a.keys) == set(b.keys)

@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from conftest import FakeEncoder, index_books
-from indexer import store
+from indexer import loaded_index
 from service.engine.exceptions import IndexEmptyError
 from service.engine.filters import Filters
 from service.engine.results import SearchResult
@@ -184,7 +184,7 @@ def test_the_served_index_streams_the_loaded_keys_without_a_copy(
     again: one copy of the keys in memory, not two."""
     _index_books(engine, tmp_path)
     with Session(engine) as session:
-        index = store.load_index(session=session, model=RandomEncoder.name)
+        index = loaded_index.load_index(session=session, model=RandomEncoder.name)
     served = ServedIndex.local(index, device="cpu")
     host = served.host_index()
     for field, keys in index.keys.items():

@@ -14,7 +14,7 @@ import pytest
 import torch
 from sqlalchemy.orm import Session
 
-from indexer import db, pipeline, store
+from indexer import db, loaded_index, pipeline, store
 from indexer.book_columns import BookColumns
 from indexer.data import DEMO_CATALOG
 from indexer.settings import IndexSettings
@@ -66,7 +66,7 @@ def encoder() -> SentenceTransformerEncoder:
 @pytest.fixture(scope="module")
 def catalog(
     encoder: SentenceTransformerEncoder, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[store.LoadedIndex, list[str | None]]:
+) -> tuple[loaded_index.LoadedIndex, list[str | None]]:
     """The demo catalog indexed with the real model into SQLite, loaded as the service does,
     and its descriptions (the lexical head's BM25 reads them)."""
     url = f"sqlite:///{tmp_path_factory.mktemp('sharded') / 'attend.db'}"
@@ -76,7 +76,7 @@ def catalog(
             IndexSettings(database_url=url), engine=engine, encoder=encoder, path=DEMO_CATALOG
         )
         with Session(engine) as session:
-            index = store.load_index(session=session, model=encoder.name)
+            index = loaded_index.load_index(session=session, model=encoder.name)
             descriptions = store.book_descriptions(
                 session=session, book_ids=index.ids, generation=index.generation
             )
@@ -86,7 +86,7 @@ def catalog(
 
 
 @pytest.fixture(scope="module")
-def index(catalog: tuple[store.LoadedIndex, list[str | None]]) -> store.LoadedIndex:
+def index(catalog: tuple[loaded_index.LoadedIndex, list[str | None]]) -> loaded_index.LoadedIndex:
     return catalog[0]
 
 
@@ -134,7 +134,7 @@ def test_split_covers_every_row_once() -> None:
 
 @pytest.mark.parametrize("masking", ["none", "shared", "per_query", "one_shard_only"])
 def test_shards_give_the_single_index_answer(
-    index: store.LoadedIndex, encoder: SentenceTransformerEncoder, masking: str
+    index: loaded_index.LoadedIndex, encoder: SentenceTransformerEncoder, masking: str
 ) -> None:
     keys = torch.from_numpy(index.keys[RANK_FIELD])  # (N, d)
     q = encoder.encode(QUERIES)  # (B, d)
@@ -154,7 +154,7 @@ def test_shards_give_the_single_index_answer(
         _assert_same(_sharded(q, keys, shards, mask, k), single)
 
 
-def test_everything_masked_merges_to_nothing(index: store.LoadedIndex) -> None:
+def test_everything_masked_merges_to_nothing(index: loaded_index.LoadedIndex) -> None:
     keys = torch.from_numpy(index.keys[RANK_FIELD])
     q = keys[:2]
     mask = torch.zeros(len(keys), dtype=torch.bool)
@@ -179,7 +179,7 @@ def test_equal_weights_come_in_row_order_whatever_the_shards() -> None:
 
 
 def test_a_sharded_index_ranks_like_the_served_index(
-    index: store.LoadedIndex, encoder: SentenceTransformerEncoder
+    index: loaded_index.LoadedIndex, encoder: SentenceTransformerEncoder
 ) -> None:
     """The description head alone, through the service's ranking: filters become each shard's
     own masks; hits, weights and matched counts are the single process's."""
@@ -204,7 +204,7 @@ def test_a_sharded_index_ranks_like_the_served_index(
             )
 
 
-def test_a_shard_with_no_rows_answers_nothing(index: store.LoadedIndex) -> None:
+def test_a_shard_with_no_rows_answers_nothing(index: loaded_index.LoadedIndex) -> None:
     tiny = Shard(index, shard=0, shards=len(index) + 1, device="cpu")  # rows [0, 0)
     assert len(tiny) == 0
     q = torch.from_numpy(index.keys[RANK_FIELD][:2])
@@ -212,7 +212,7 @@ def test_a_shard_with_no_rows_answers_nothing(index: store.LoadedIndex) -> None:
     assert answer.indices.shape == (2, 0) and torch.all(torch.isneginf(answer.logsumexp))
 
 
-def test_a_shard_with_no_rows_adds_nothing_to_a_mixture(index: store.LoadedIndex) -> None:
+def test_a_shard_with_no_rows_adds_nothing_to_a_mixture(index: loaded_index.LoadedIndex) -> None:
     tiny = Shard(index, shard=0, shards=len(index) + 1, device="cpu")  # rows [0, 0)
     q = torch.from_numpy(index.keys[RANK_FIELD][:2])
     query = ShardQuery(q, [("title", SCALE), (RANK_FIELD, SCALE)], [Filters()] * 2)
@@ -225,7 +225,7 @@ def test_a_shard_with_no_rows_adds_nothing_to_a_mixture(index: store.LoadedIndex
     assert torch.equal(entropy, torch.zeros(2, dtype=torch.float64))
 
 
-def test_shards_must_tile_the_catalog(index: store.LoadedIndex) -> None:
+def test_shards_must_tile_the_catalog(index: loaded_index.LoadedIndex) -> None:
     shard = LocalShard(Shard(index, shard=0, shards=2, device="cpu"))
     with pytest.raises(ValueError, match="do not tile"):
         sharded_index(index, [shard])
@@ -255,7 +255,7 @@ def _searcher(encoder: SentenceTransformerEncoder, index: ServedIndex) -> Search
     return searcher_of(settings, encoder, index)
 
 
-def _router(catalog: tuple[store.LoadedIndex, list[str | None]], shards: int) -> ServedIndex:
+def _router(catalog: tuple[loaded_index.LoadedIndex, list[str | None]], shards: int) -> ServedIndex:
     index, descriptions = catalog
     clients = [
         LocalShard(Shard(index, shard=s, shards=shards, device="cpu")) for s in range(shards)
@@ -264,14 +264,14 @@ def _router(catalog: tuple[store.LoadedIndex, list[str | None]], shards: int) ->
 
 
 @pytest.fixture(scope="module")
-def single(catalog: tuple[store.LoadedIndex, list[str | None]]) -> ServedIndex:
+def single(catalog: tuple[loaded_index.LoadedIndex, list[str | None]]) -> ServedIndex:
     index, descriptions = catalog
     return ServedIndex.local(index, device="cpu", descriptions=descriptions)
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["2-shards", "3-shards"])
 def sharded(
-    request: pytest.FixtureRequest, catalog: tuple[store.LoadedIndex, list[str | None]]
+    request: pytest.FixtureRequest, catalog: tuple[loaded_index.LoadedIndex, list[str | None]]
 ) -> ServedIndex:
     return _router(catalog, request.param)
 
@@ -378,7 +378,7 @@ def test_sharded_ranking_with_heads_and_filters_per_query(
     assert math.isclose(sum(h.weight for h in want[6].hits[:2]), 1.0, rel_tol=1e-9)
 
 
-def _disagreeing_index(n: int = 2000) -> store.LoadedIndex:
+def _disagreeing_index(n: int = 2000) -> loaded_index.LoadedIndex:
     """Title and description keys whose scores against q = e₁ are two flat lists with disjoint
     tops (as in tests/test_mixture.py): the threshold needs more than one round."""
     a, b = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
@@ -399,7 +399,7 @@ def _disagreeing_index(n: int = 2000) -> store.LoadedIndex:
         years=[1990 + i % 30 for i in range(n)],
         languages=["en"] * n,
     )
-    return store.LoadedIndex(
+    return loaded_index.LoadedIndex(
         books=books,
         keys={"title": keys(a), RANK_FIELD: description},
         values=description,

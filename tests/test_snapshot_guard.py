@@ -20,7 +20,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from conftest import ATTEND, FakeEncoder, index_books, index_demo_catalog, write_jsonl
-from indexer import db, pipeline, store
+from indexer import db, pipeline, snapshot_guard, store
 from indexer.data import DEMO_CATALOG
 from indexer.schema import Generation
 from indexer.settings import IndexSettings
@@ -106,7 +106,7 @@ def test_the_bound_is_a_setting_and_keep_missing_removes_nothing(
     settings = IndexSettings(database_url=url)
     pipeline.run(settings, engine=engine, encoder=FakeEncoder(), path=DEMO_CATALOG)
     third = _third_of_the_demo(tmp_path)
-    with pytest.raises(pipeline.SnapshotRefusedError, match="would remove 120 of"):
+    with pytest.raises(snapshot_guard.SnapshotRefusedError, match="would remove 120 of"):
         pipeline.run(settings, engine=engine, encoder=FakeEncoder(), path=third)
     kept = pipeline.run(
         settings, engine=engine, encoder=FakeEncoder(), path=third, keep_missing=True

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from indexer import batches, generations, store
+from indexer import batches, generations, loaded_index, store, vector_format
 from indexer.catalog import CatalogRecord
 from indexer.schema import Book, Generation, Vector
 
@@ -65,7 +65,7 @@ def test_vectors_round_trip_exactly(engine: Engine) -> None:
     _generation(engine, records[::-1], vectors)
 
     with Session(engine) as session:
-        index = store.load_index(session=session, model="m")
+        index = loaded_index.load_index(session=session, model="m")
         assert index.ids == [r.id for r in records]  # id order, whatever the write order
         assert index.generation == store.active_generation_id(session=session) == 1
         for f in ("title", "description"):
@@ -101,7 +101,7 @@ def test_a_reindex_writes_only_what_changed_and_keeps_the_old_generation(engine:
     vectors["Renamed"] = np.full(8, 7, np.float32)
     second = _generation(engine, changed, vectors)
     assert (second.added, second.updated, second.unchanged) == (0, 2, 1)
-    assert second.to_embed == {store.content_hash("m", "Renamed"): "Renamed"}
+    assert second.to_embed == {vector_format.content_hash("m", "Renamed"): "Renamed"}
 
     with Session(engine) as session:
         assert session.scalar(select(func.count()).select_from(Book)) == 4 + 2
@@ -109,20 +109,20 @@ def test_a_reindex_writes_only_what_changed_and_keeps_the_old_generation(engine:
         assert states == {1: "retired", 2: "active"}
         g2 = session.get_one(Generation, 2)
         assert (g2.books, g2.added, g2.updated, g2.removed) == (3, 0, 2, 1)
-        now = store.load_index(session=session, model="m")
+        now = loaded_index.load_index(session=session, model="m")
         assert now.ids == ["b000", "b001", "b002"] and now.generation == 2
         assert now.books.titles[1] == "Renamed" and now.books.years[2] is None
         assert np.array_equal(now.keys["title"][1], vectors["Renamed"])
-        before = store.load_index(session=session, model="m", generation=1)  # still there
+        before = loaded_index.load_index(session=session, model="m", generation=1)  # still there
         assert before.ids == [r.id for r in records] and before.books.titles[1] == "Book 1"
         assert store.get_book(session=session, book_id="b003") is None
         old = store.get_book(session=session, book_id="b003", generation=1)
         assert old is not None and old.title == "Book 3"
 
-        diff = store.load_diff(session=session, model="m", since=1, until=2)
+        diff = loaded_index.load_diff(session=session, model="m", since=1, until=2)
         assert sorted(diff.removed) == ["b001", "b002", "b003"]
         assert diff.added.ids == ["b001", "b002"]
-        merged = store.apply_diff(before, diff)
+        merged = loaded_index.apply_diff(before, diff)
         assert merged.ids == now.ids and merged.books.titles == now.books.titles
         assert merged.books.years == now.books.years and merged.generation == 2
         for f in now.keys:
@@ -157,7 +157,7 @@ def test_abandon_restores_the_rows_a_building_generation_closed(engine: Engine) 
         building, resumed = generations.begin(session=session, model="m", catalog="c")
         assert resumed and building.id == 2  # same model: the crashed build is resumed
         assert store.count_books(session=session, generation=2) == 2
-        assert store.load_index(session=session, model="m").generation == 1  # not active yet
+        assert loaded_index.load_index(session=session, model="m").generation == 1  # not active yet
         generations.abandon(session=session, generation=building, error="test")
     with Session(engine) as session:
         assert session.scalar(select(func.count()).select_from(Book)) == 3
@@ -169,14 +169,14 @@ def test_load_index_only_takes_the_asked_model(engine: Engine) -> None:
     records = _records(2)
     _generation(engine, records, _random_vectors(records, 4), model="a")
     with Session(engine) as session:
-        assert len(store.load_index(session=session, model="a")) == 2
-        empty = store.load_index(session=session, model="b")
+        assert len(loaded_index.load_index(session=session, model="a")) == 2
+        empty = loaded_index.load_index(session=session, model="b")
         assert len(empty) == 0 and empty.keys["description"].shape[0] == 0
 
 
 def test_an_empty_database_loads_an_empty_index(engine: Engine) -> None:
     with Session(engine) as session:
-        index = store.load_index(session=session, model="m")
+        index = loaded_index.load_index(session=session, model="m")
         assert len(index) == 0 and index.generation is None
         assert store.get_book(session=session, book_id="x") is None
 
@@ -205,19 +205,19 @@ def test_metadata_round_trip(engine: Engine) -> None:
 
 def test_stored_bytes_are_little_endian_float32() -> None:
     v = np.array([1.0, -2.5, 3.25], dtype=np.float32)
-    data = store.to_bytes(v)
+    data = vector_format.to_bytes(v)
     assert data == np.array([1.0, -2.5, 3.25], dtype="<f4").tobytes()
-    assert np.array_equal(store.from_bytes(data, 3), v)
+    assert np.array_equal(vector_format.from_bytes(data, 3), v)
     with pytest.raises(ValueError, match="dim=4"):
-        store.from_bytes(data, 4)
+        vector_format.from_bytes(data, 4)
 
 
 def test_content_and_record_hashes_depend_on_model_and_content() -> None:
-    h = store.content_hash("m", "text")
-    assert h == store.content_hash("m", "text") and len(h) == 64
-    assert h != store.content_hash("m2", "text")
-    assert h != store.content_hash("m", "text ")
+    h = vector_format.content_hash("m", "text")
+    assert h == vector_format.content_hash("m", "text") and len(h) == 64
+    assert h != vector_format.content_hash("m2", "text")
+    assert h != vector_format.content_hash("m", "text ")
     r = _records(1)[0]
-    assert store.record_hash("m", r) != store.record_hash("m2", r)
-    assert store.record_hash("m", r) != store.record_hash("m", replace(r, year=1))
-    assert store.record_hash("m", r) == store.record_hash("m", replace(r, line=99))
+    assert batches.record_hash("m", r) != batches.record_hash("m2", r)
+    assert batches.record_hash("m", r) != batches.record_hash("m", replace(r, year=1))
+    assert batches.record_hash("m", r) == batches.record_hash("m", replace(r, line=99))

@@ -104,6 +104,10 @@ class CatalogSnapshot:
         self.file.seek(0)
         return iter(CatalogScan(self.file, self.name, self.format, self.max_row_bytes))
 
+    def records(self) -> Iterator[CatalogRecord]:
+        """The books in file order, the rows that cannot be one skipped (`check` names those)."""
+        return (row for row in self.scan() if isinstance(row, CatalogRecord))
+
     def check(self) -> CatalogCheck:
         """The books counted, the rows rejected and the notices, from one full read: the bytes
         cannot change, so a second call (the CLI checks before the model loads, the run

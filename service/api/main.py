@@ -20,7 +20,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi_offline import FastAPIOffline
 
 from indexer.db import create_db_engine, ensure_schema
-from indexer.pipeline import ProgressSnapshot
+from indexer.progress import ProgressSnapshot
 from models.encoder import Encoder
 from service.api.book_paths import EncodedSlashes
 from service.api.error_handlers import install_error_handlers

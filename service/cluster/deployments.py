@@ -17,7 +17,7 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponse
 from sqlalchemy.orm import Session
 from torch import Tensor
 
-from indexer import store
+from indexer import loaded_index, store
 from indexer.db import create_db_engine
 from models.shard_merge import ShardAnswer
 from service.cluster.shard import Shard, ShardQuery, ShardSweep
@@ -66,7 +66,9 @@ class ShardDeployment:
             g = store.active_generation_id(session=session)
             if (g or NO_INDEX) in self.held:
                 return False
-            index = store.load_index(session=session, model=self.settings.model, generation=g)
+            index = loaded_index.load_index(
+                session=session, model=self.settings.model, generation=g
+            )
         shard = Shard(
             index,
             shard=self.shard,

@@ -34,9 +34,9 @@ from ray.serve.handle import DeploymentHandle
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from indexer import store
+from indexer import loaded_index, store
 from indexer.db import SchemaError
-from indexer.store import LoadedIndex
+from indexer.loaded_index import LoadedIndex
 from models.shard_merge import split
 from service.api import server
 from service.api.main import create_app
@@ -89,7 +89,7 @@ class ShardedSource:
         common = set.intersection(*(set(layout) for layout in self.layouts))
         active = store.active_generation_id(session=session) or NO_INDEX
         g = active if active in common else max(common)
-        index = store.load_index(session=session, model=model, generation=g or None)
+        index = loaded_index.load_index(session=session, model=model, generation=g or None)
         return self._build(index, session)
 
     def _build(self, index: LoadedIndex, session: Session) -> ServedIndex:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from indexer.store import LoadedIndex
+from indexer.loaded_index import LoadedIndex
 from models.heads import DenseHeads, LocalDenseHeads
 from models.shard_merge import Reply, ShardAnswer, ShardedDenseHeads, SparseScores, check_tiling
 from service.cluster.shard import ShardClient, ShardQuery, ShardSweep

@@ -19,7 +19,7 @@ from typing import Protocol, TypeVar
 import torch
 from torch import Tensor
 
-from indexer.store import LoadedIndex
+from indexer.loaded_index import LoadedIndex
 from models.device import pick_device
 from models.shard_merge import Reply, ShardAnswer, SparseScores, split
 from service.engine.filters import FilterColumns, Filters

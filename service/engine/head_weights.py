@@ -15,7 +15,7 @@ import math
 import sys
 from dataclasses import dataclass
 
-DENSE_HEADS = ("title", "description")  # one per field of the index (indexer.pipeline.FIELDS)
+DENSE_HEADS = ("title", "description")  # one per field of the index (indexer.batches.FIELDS)
 LEXICAL = "lexical"
 AUTHOR = "author"  # the books of a named author (a query's) or of the query book's authors
 SERIES = "series"  # the other books of the query book's series

@@ -16,7 +16,8 @@ from sqlalchemy import Engine
 
 from indexer import pipeline
 from indexer.catalog import CatalogSnapshot
-from indexer.pipeline import IndexReport, Progress, ProgressSnapshot
+from indexer.pipeline import IndexReport
+from indexer.progress import Progress, ProgressSnapshot
 from indexer.settings import IndexSettings
 from models.encoder import Encoder
 from service.engine.exceptions import JobRunningError

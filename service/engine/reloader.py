@@ -31,9 +31,9 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from indexer import db, store
+from indexer import db, loaded_index, store
+from indexer.loaded_index import LoadedIndex
 from indexer.schema import Generation
-from indexer.store import LoadedIndex
 from service.engine.searcher import Searcher
 from service.engine.served_index import ServedIndex
 
@@ -186,13 +186,13 @@ class GenerationWatcher:
                 or old.generation is None
                 or g < old.generation
             ):
-                index = store.load_index(session=session, model=old.model, generation=g)
+                index = loaded_index.load_index(session=session, model=old.model, generation=g)
                 how = "full load"
             else:
-                diff = store.load_diff(
+                diff = loaded_index.load_diff(
                     session=session, model=old.model, since=old.generation, until=g
                 )
-                index = store.apply_diff(old.host_index(), diff)
+                index = loaded_index.apply_diff(old.host_index(), diff)
                 how = f"diff: {len(diff.added)} rows in, {len(diff.removed)} out"
             served = self.build(index, session)
         self.searcher.index = served  # atomic: a batch reads the attribute once

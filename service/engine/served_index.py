@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from indexer.book_columns import BookColumns
-from indexer.store import LoadedIndex
+from indexer.loaded_index import LoadedIndex
 from models import cpu_blas
 from models.device import pick_device
 from models.heads import DenseHead, DenseHeads, LocalDenseHeads
@@ -215,7 +215,7 @@ class ServedIndex:
         return self.filters.row_of(book_id)  # the filter columns map ids to rows already
 
     def host_index(self) -> LoadedIndex:
-        """This index's rows on the host, for `store.apply_diff` (local keys only)."""
+        """This index's rows on the host, for `loaded_index.apply_diff` (local keys only)."""
         if not isinstance(self.keys, LocalKeys):
             raise TypeError("the keys are not in this process: reload the index instead")
         return LoadedIndex(

@@ -9,8 +9,9 @@ from typing import Protocol
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from indexer import store
+from indexer import loaded_index, store
 from indexer.db import SchemaError
+from indexer.loaded_index import LoadedIndex
 from indexer.settings import IndexSettings, StoreSettings
 from models.device import pick_device
 from models.encoder import Encoder, SentenceTransformerEncoder
@@ -33,9 +34,9 @@ def build_encoder(settings: StoreSettings) -> Encoder:
     )
 
 
-def load_index(session: Session, *, model: str) -> store.LoadedIndex:
+def load_index(session: Session, *, model: str) -> LoadedIndex:
     """The active generation's keys for `model`. Refuses an index of another model."""
-    index = store.load_index(session=session, model=model)
+    index = loaded_index.load_index(session=session, model=model)
     total = store.count_books(session=session, generation=index.generation)
     if total and not len(index):
         active = store.active_generation(session=session)
@@ -70,7 +71,7 @@ class LocalIndexSource:
     def __init__(self, settings: ServiceSettings):
         self.settings = settings
 
-    def build(self, index: store.LoadedIndex, session: Session) -> ServedIndex:
+    def build(self, index: LoadedIndex, session: Session) -> ServedIndex:
         """The served index of `index` (the lexical head's descriptions and the books' subject
         headings read at its generation)."""
         ids, generation = index.ids, index.generation

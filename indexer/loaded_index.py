@@ -1,0 +1,219 @@
+"""The index loaded into arrays: every book of a generation with its keys (and values) as one
+contiguous (N, d) float32 array per key field, in book-id order, and a diff between two
+generations folded into a loaded index. Keyword-only `session=` functions that never commit.
+
+`load_index` reads a whole generation, `load_diff` only what changed between two, and
+`apply_diff` folds a diff into a loaded index (how a service follows new generations).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import ColumnElement, and_, false, select
+from sqlalchemy.orm import Session, aliased
+
+from indexer.book_columns import BookColumns
+from indexer.schema import Book, BookVector, Vector
+from indexer.store import active_generation_id, visible_at
+from indexer.vector_format import NP_DTYPE, from_bytes
+
+_ID_CHUNK = 2000  # vector ids per IN (...) list
+KEY_FIELDS = ("title", "description")  # one key per field and book
+VALUE_FIELD = "description"  # the field whose vector is also the book's value
+
+
+@dataclass(frozen=True)
+class LoadedIndex:
+    """Everything the attention core needs, aligned by row: row i is book ids[i]."""
+
+    books: BookColumns
+    keys: dict[str, np.ndarray]  # field → (N, d) float32, stored column-major
+    model: str
+    generation: int | None = None  # the snapshot these rows are; None: no index yet
+    # (N, d) float32; the value field's keys array itself when V = K. None where a reader kept
+    # only the keys (the service: a search returns weights, not weights @ V)
+    values: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.books)
+
+    @property
+    def ids(self) -> list[str]:
+        return self.books.ids
+
+
+@dataclass(frozen=True)
+class IndexDiff:
+    """What changed from generation `since` to `until`: an updated book is in both lists."""
+
+    since: int
+    until: int
+    removed: list[str]  # ids whose row at `since` is gone at `until`
+    added: LoadedIndex  # rows new at `until` (added or updated books)
+
+
+def load_index(
+    *,
+    session: Session,
+    model: str,
+    generation: int | None = None,
+    fields: Sequence[str] = KEY_FIELDS,
+    value_field: str = VALUE_FIELD,
+) -> LoadedIndex:
+    """Every book of `generation` (default: the active one) with a key for each of `fields`
+    and a value made by `model`, in id order."""
+    if generation is None:
+        generation = active_generation_id(session=session)
+    if generation is None:
+        return _load(session, model, None, where=None, fields=fields, value_field=value_field)
+    where = visible_at(generation)
+    return _load(session, model, generation, where=where, fields=fields, value_field=value_field)
+
+
+def load_diff(
+    *,
+    session: Session,
+    model: str,
+    since: int,
+    until: int,
+    fields: Sequence[str] = KEY_FIELDS,
+    value_field: str = VALUE_FIELD,
+) -> IndexDiff:
+    """The rows that differ between generations `since` and `until` (> since)."""
+    gone = and_(
+        Book.valid_from <= since, Book.valid_to > since, Book.valid_to <= until
+    )  # visible at `since`, not at `until`
+    removed = list(session.scalars(select(Book.id).where(gone)))
+    new = and_(visible_at(until), Book.valid_from > since)
+    added = _load(session, model, until, where=new, fields=fields, value_field=value_field)
+    return IndexDiff(since, until, removed, added)
+
+
+def apply_diff(index: LoadedIndex, diff: IndexDiff) -> LoadedIndex:
+    """`index` (at `diff.since`) moved to `diff.until`, in id order; `index` is not changed."""
+    drop = set(diff.removed) | set(diff.added.ids)
+    keep = np.array([i for i, book in enumerate(index.ids) if book not in drop], dtype=np.int64)
+    add = diff.added
+    ids = [index.ids[i] for i in keep] + add.ids
+    order = np.array(sorted(range(len(ids)), key=ids.__getitem__), dtype=np.int64)
+
+    def merged(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+        d = max(old.shape[1], new.shape[1])
+        out = _column_major(len(order), d)
+        from_old = np.flatnonzero(order < len(keep))  # output rows kept from `old`
+        from_new = np.flatnonzero(order >= len(keep))
+        if len(from_old):
+            out[from_old] = old[keep[order[from_old]]]
+        if len(from_new):
+            out[from_new] = new[order[from_new] - len(keep)]
+        return out
+
+    keys = {f: merged(index.keys[f], add.keys[f]) for f in index.keys}
+    shared = [
+        f for f in index.keys if index.values is index.keys[f] and add.values is add.keys.get(f)
+    ]
+    if index.values is None or add.values is None:
+        values = None
+    else:
+        values = keys[shared[0]] if shared else merged(index.values, add.values)
+    return LoadedIndex(
+        books=(index.books.take(keep.tolist()) + add.books).take(order.tolist()),
+        keys=keys,
+        values=values,
+        model=index.model,
+        generation=diff.until,
+    )
+
+
+def _column_major(n: int, d: int) -> np.ndarray:
+    """A zeroed (n, d) array stored column by column: the layout the served index streams (it reads
+    the contiguous (d, n) transpose), so handing the array to the service copies nothing."""
+    return np.zeros((d, n), NP_DTYPE).T
+
+
+def _load(
+    session: Session,
+    model: str,
+    generation: int | None,
+    *,
+    where: ColumnElement[bool] | None,
+    fields: Sequence[str],
+    value_field: str,
+) -> LoadedIndex:
+    """Two steps, so no plan ever joins `vectors` on anything but its primary key: the rows
+    with the ids of their vectors (primary-key lookups in `version_vectors`), then the vectors
+    themselves by id, each distinct one read once, straight into preallocated (N, d) arrays."""
+    slots = [*(("key", f) for f in fields), ("value", value_field)]
+    links = [aliased(BookVector) for _ in slots]
+    stmt = select(
+        Book.id, Book.title, Book.authors, Book.year, Book.language, *(a.vector_id for a in links)
+    )
+    for (role, f), link in zip(slots, links, strict=True):
+        stmt = stmt.join(
+            link, (link.version_id == Book.row_id) & (link.role == role) & (link.field == f)
+        )
+    stmt = stmt.where(where if where is not None else false()).order_by(Book.id)
+    rows = session.execute(stmt).all()
+    ids = [r[0] for r in rows]
+    vector_ids = np.array([r[5:] for r in rows], dtype=np.int64).reshape(len(rows), len(slots))
+    wanted = np.unique(vector_ids)  # sorted
+    d = 0
+    keys = {f: np.empty((len(rows), 0), NP_DTYPE) for f in fields}
+    shared = value_field in fields and bool(
+        np.all(vector_ids[:, -1] == vector_ids[:, list(fields).index(value_field)])
+    )
+    values: np.ndarray | None = None  # stays None when V = K: the value field's keys array
+    targets = [keys[f] for f in fields]
+    order = [np.argsort(vector_ids[:, j], kind="stable") for j in range(len(slots))]
+    ordered = [vector_ids[order[j], j] for j in range(len(slots))]
+    bad: list[int] = []  # ids of vectors of another model
+    for i in range(0, len(wanted), _ID_CHUNK):
+        chunk = wanted[i : i + _ID_CHUNK]
+        found = session.execute(
+            select(Vector.id, Vector.model, Vector.dim, Vector.data).where(
+                Vector.id.in_([int(v) for v in chunk])
+            )
+        ).all()
+        if not d and found:
+            d = found[0][2]
+            keys = {f: _column_major(len(rows), d) for f in fields}
+            values = None if shared else _column_major(len(rows), d)
+            targets = [keys[f] for f in fields] + ([] if values is None else [values])
+        table = np.zeros((len(chunk), d), NP_DTYPE)  # (chunk, d), in `chunk`'s order
+        for vid, vmodel, dim, data in found:
+            if vmodel != model:
+                bad.append(vid)
+                continue
+            if dim != d:
+                raise ValueError(f"vectors of model {model!r} have mixed dimensions {d}, {dim}")
+            table[np.searchsorted(chunk, vid)] = from_bytes(data, dim)
+        for j, target in enumerate(targets):  # the value slot is last, absent when V = K
+            lo = np.searchsorted(ordered[j], chunk[0], side="left")
+            hi = np.searchsorted(ordered[j], chunk[-1], side="right")
+            target[order[j][lo:hi]] = table[np.searchsorted(chunk, ordered[j][lo:hi])]
+    ok = ~np.isin(vector_ids, bad).any(axis=1) if bad else np.ones(len(rows), dtype=bool)
+    if not ok.all():
+        keep = np.flatnonzero(ok)
+        rows = [rows[int(i)] for i in keep]
+        ids = [ids[int(i)] for i in keep]
+        keys = {f: np.asfortranarray(k[keep]) for f, k in keys.items()}
+        values = None if values is None else np.asfortranarray(values[keep])
+    if values is None:  # every value is its key's vector (the indexer's V = K): half the memory
+        values = keys[value_field] if value_field in keys else np.empty((len(ids), d), NP_DTYPE)
+    books = BookColumns(
+        ids=ids,
+        titles=[r[1] for r in rows],
+        authors=[list(r[2] or []) for r in rows],
+        years=[r[3] for r in rows],
+        languages=[r[4] for r in rows],
+    )
+    return LoadedIndex(
+        books=books,
+        keys=keys,
+        values=values,
+        model=model,
+        generation=generation,
+    )
