@@ -112,10 +112,14 @@ class StoreSettings(BaseSettings):
                 "here, nor a model in the local Hugging Face cache (Attend downloads nothing): "
                 "give the folder of a sentence-transformers model, or unset it"
             )
-        try:
-            onnx = self.backend(device) == "onnx"
-        except (ValueError, RuntimeError):  # onnx asked where it cannot run: said at its start
-            onnx = False
+        # whether the encoder will be onnx, told without importing torch (a bad catalog or
+        # setting must answer before torch loads): auto's rule of `backend`, an auto device
+        # read as the CPU (on a GPU machine the check is then one that cannot hurt)
+        onnx = self.encoder_backend == "onnx" or (
+            self.encoder_backend == "auto"
+            and not self.ENCODES_BATCHES
+            and not device.startswith("cuda")
+        )
         if onnx and not _writable_folder(Path(self.onnx_cache_dir).expanduser()):
             raise SettingError(
                 f"ATTEND_ONNX_CACHE_DIR={self.onnx_cache_dir} is not a folder Attend can write to "
