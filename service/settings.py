@@ -159,6 +159,40 @@ class ServiceSettings(StoreSettings, RaySettings):
         description="Most client connections open at once; past it a new one is closed as soon "
         "as it is accepted. The file limit is raised to fit, or this lowered to fit it.",
     )
+    max_connections_per_client: int = Field(
+        100,
+        ge=1,
+        le=1_000_000,
+        description="Most connections one client address may hold open at once (at most "
+        "ATTEND_MAX_CONNECTIONS); past it its new one is closed as soon as it is accepted, so "
+        "one client cannot hold them all. Behind a proxy every client has the proxy's address: "
+        "raise it to ATTEND_MAX_CONNECTIONS there and bound clients at the proxy "
+        "(deploy/nginx.conf).",
+    )
+    book_query_concurrency: int = Field(
+        2,
+        ge=1,
+        le=1024,
+        description="Similar-book and recommend requests given to the engine at once (they rank "
+        "one at a time on the searcher's worker, in turn with search batches: 2 keeps it fed); "
+        "ATTEND_BOOK_QUERY_QUEUE more wait, and past those a request is answered 429 with "
+        "Retry-After.",
+    )
+    book_query_queue: int = Field(
+        8,
+        ge=0,
+        le=100_000,
+        description="Similar-book and recommend requests that may wait for a turn beside the "
+        "ATTEND_BOOK_QUERY_CONCURRENCY being ranked; a waiting request holds no thread.",
+    )
+    book_query_budget: int = Field(
+        12_000,
+        ge=1,
+        le=10_000_000,
+        description="Most liked books × k × heads (those with a weight) a recommend request "
+        "may ask for, else 422 naming it: every result says how much each liked book gave it "
+        "through each head. One liked book always fits, as a similar-books request does.",
+    )
     log_level: str = Field(
         "INFO", description=f"Python logging level: {', '.join(_LOG_LEVELS)} (any case)."
     )

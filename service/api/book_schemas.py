@@ -15,6 +15,7 @@ from service.api.search_schemas import (
     HeadsInfo,
     HeadWeights,
     Query,
+    shown_title,
 )
 from service.engine.explainer import BookExplanation
 from service.engine.head_weights import HEADS, parse_heads
@@ -164,9 +165,13 @@ class SimilarHit(BookHit):
     )
 
 
+# a title in a response of ranked books: its first MAX_SHOWN_TITLE_CHARS characters at most
+ShownTitle = Annotated[str, AfterValidator(shown_title)]
+
+
 class SimilarResponse(BaseModel):
     id: str
-    title: str
+    title: ShownTitle
     scale: float = Field(description="Softmax scale of the description head.")
     heads: HeadsInfo = Field(
         description="The heads mixed, with their weights π and scales (a lexical head whose "
@@ -177,8 +182,7 @@ class SimilarResponse(BaseModel):
 
 
 class Because(BaseModel):
-    id: str = Field(description="A liked book.")
-    title: str
+    id: str = Field(description="A liked book (its title is in the response's `liked`).")
     share: float = Field(
         description="Fraction of the result's weight that came from this liked book's "
         "attention; a result's shares sum to 1."
@@ -193,9 +197,17 @@ class RecommendHit(BookHit):
     because: list[Because] = Field(description="Per liked book, largest share first.")
 
 
+class NamedBook(BaseModel):
+    id: str
+    title: ShownTitle
+
+
 class RecommendResponse(BaseModel):
-    liked: list[str]
-    disliked: list[str]
+    liked: list[NamedBook] = Field(
+        description="The liked books, in the request's order (repeats once), with their "
+        "titles: each result's `because` names them by id."
+    )
+    disliked: list[NamedBook]
     scale: float = Field(description="Softmax scale of the description head.")
     heads: HeadsInfo = Field(
         description="The heads mixed for every liked book, with their weights π (each liked "

@@ -7,15 +7,19 @@ reading an attribute."""
 from __future__ import annotations
 
 import hmac
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Request
 from pydantic import SecretStr
 from sqlalchemy import Engine
 
+from service.api.admission import Turns, check_budget
+from service.api.book_schemas import RecommendRequest
 from service.api.error_handlers import AdminAuthError
 from service.api.metrics import Metrics
 from service.engine.front import Front
+from service.engine.readiness import Readiness
 from service.engine.reindex_jobs import ReindexJobs
 from service.engine.reloader import GenerationWatcher
 from service.engine.searcher import Searcher
@@ -62,6 +66,35 @@ async def get_settings(request: Request) -> ServiceSettings:
     return settings
 
 
+async def get_readiness(request: Request) -> Readiness | None:
+    """The database's readiness checks, or None before the start-up has made them."""
+    readiness: Readiness | None = getattr(request.app.state, "readiness", None)
+    return readiness
+
+
+async def get_book_queries(request: Request) -> Turns:
+    """The turns of the work with books as the query (similar books, recommend)."""
+    turns: Turns = request.app.state.book_queries
+    return turns
+
+
+async def take_book_query_turn(
+    turns: Annotated[Turns, Depends(get_book_queries)],
+) -> AsyncIterator[None]:
+    """A turn of the book-as-query work, held while the route ranks and builds its answer (not
+    while a slow client reads it); 429 with Retry-After when none is free to wait for."""
+    async with turns.turn():
+        yield
+
+
+async def check_recommend_budget(body: RecommendRequest, settings: SettingsDep) -> None:
+    """422 for a recommend request over ATTEND_BOOK_QUERY_BUDGET (liked books × k × heads).
+    The body is the route's own (FastAPI parses it once for both)."""
+    weights = body.head_weights() or settings.similar.weights
+    liked = len(dict.fromkeys(body.liked))  # as ranked: repeats count once
+    check_budget(liked=liked, k=body.k, heads=len(weights), budget=settings.book_query_budget)
+
+
 async def get_jobs(request: Request) -> ReindexJobs:
     jobs: ReindexJobs = request.app.state.jobs
     return jobs
@@ -86,3 +119,7 @@ SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
 FrontDep = Annotated[Front, Depends(get_front)]
 JobsDep = Annotated[ReindexJobs, Depends(get_jobs)]
 AdminDep = Depends(require_admin)
+ReadinessDep = Annotated[Readiness | None, Depends(get_readiness)]
+# in a route's `dependencies=[...]`: "function" scope ends the turn once the answer is built
+BookQueryTurn = Depends(take_book_query_turn, scope="function")
+RecommendBudget = Depends(check_recommend_budget)

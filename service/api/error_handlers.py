@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from service.api.admission import BusyError, OverBudgetError
 from service.engine.exceptions import (
     BadCatalogRequestError,
     BookNotFoundError,
@@ -200,6 +201,7 @@ _STATUS: dict[type[Exception], int] = {
     JobNotFoundError: 404,
     JobRunningError: 409,
     BadCatalogRequestError: 422,
+    OverBudgetError: 422,
     IndexEmptyError: 503,
     ExplanationUnavailableError: 503,
     NotReadyError: 503,
@@ -224,6 +226,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _auth(_: Request, exc: AdminAuthError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
         return JSONResponse({"detail": str(exc)}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(BusyError)
+    async def _busy(_: Request, exc: BusyError) -> JSONResponse:
+        headers = {"Retry-After": str(exc.retry_after_s)}
+        return JSONResponse({"detail": str(exc)}, status_code=429, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

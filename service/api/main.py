@@ -22,6 +22,7 @@ from fastapi_offline import FastAPIOffline
 from indexer.db import create_db_engine, ensure_schema
 from indexer.progress import ProgressSnapshot
 from models.encoder import Encoder
+from service.api.admission import Turns
 from service.api.book_paths import EncodedSlashes
 from service.api.error_handlers import install_error_handlers
 from service.api.guards import BodySizeLimit, Utf8Url
@@ -31,8 +32,9 @@ from service.api.telemetry import RequestTelemetry
 from service.engine.explainer import Explainer
 from service.engine.front import Front
 from service.engine.notify import follow_generations
+from service.engine.readiness import Readiness
 from service.engine.reindex_jobs import ReindexJobs
-from service.engine.reloader import freeze_long_lived
+from service.engine.reloader import freeze_long_lived, return_free_heap
 from service.engine.searcher import Searcher
 from service.engine.startup import (
     IndexSource,
@@ -110,6 +112,16 @@ def _catalog_size(app: FastAPI) -> int | None:
     return None if (searcher := _searcher(app)) is None else len(searcher.index)
 
 
+def book_query_turns(settings: ServiceSettings) -> Turns:
+    """Similar books' and recommend's turns (service/api/admission.py)."""
+    return Turns(
+        "similar books and recommendations",
+        running=settings.book_query_concurrency,
+        waiting=settings.book_query_queue,
+        on_idle=return_free_heap,
+    )
+
+
 def create_app(
     settings: ServiceSettings | None = None,
     *,
@@ -138,6 +150,11 @@ def create_app(
                 on_success=watcher.check if watcher is not None else lambda: None,
             )
             app.state.watcher, app.state.jobs = watcher, jobs
+            # made here, in the event loop that awaits them
+            app.state.book_queries, app.state.readiness = (
+                book_query_turns(settings),
+                Readiness(engine, watcher),
+            )
             searcher.start()
             stop_following = follow_generations(engine, watcher)
             app.state.searcher = searcher
@@ -155,6 +172,7 @@ def create_app(
                 gc.unfreeze()
                 stop_following()
                 jobs.close()
+                app.state.readiness.close()  # before the engine goes: a check may be under way
                 searcher.close()
         finally:
             engine.dispose()

@@ -23,7 +23,18 @@ MAX_QUERY_CHARS = 512
 MAX_K = 100
 MAX_OFFSET = 1000
 MAX_BATCH_QUERIES = 64
+# A hit shows this much of a title (GET /books/{id} the whole): a catalog row may hold a
+# title of up to ATTEND_MAX_ROW_BYTES (1 MiB), and k hits of 900 KB titles made responses of
+# hundreds of megabytes (issue 25, finding 6).
+MAX_SHOWN_TITLE_CHARS = 1_000
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def shown_title(title: str) -> str:
+    """`title`, or its first MAX_SHOWN_TITLE_CHARS characters and an ellipsis."""
+    if len(title) <= MAX_SHOWN_TITLE_CHARS:
+        return title
+    return title[: MAX_SHOWN_TITLE_CHARS - 1] + "…"
 
 
 def _clean_query(text: str) -> str:
@@ -166,7 +177,10 @@ class BookFieldsOut(BaseModel):
     engine hit, whose book's fields are under `book`, they are the hit's own here."""
 
     id: str
-    title: str
+    title: str = Field(
+        description=f"The book's title, its first {MAX_SHOWN_TITLE_CHARS:,} characters at most "
+        "(cut with …; `GET /books/{id}` has the whole)."
+    )
     authors: list[str]
     year: int | None
     language: str | None
@@ -181,7 +195,8 @@ class BookFieldsOut(BaseModel):
         # which was two thirds of building a 64-query response (11 of 17 ms)
         kind: type = type(hit)
         found = {name: getattr(hit, name) for name in _field_names(kind) if name != "book"}
-        return {**{name: getattr(book, name) for name in _field_names(BookFields)}, **found}
+        own = {name: getattr(book, name) for name in _field_names(BookFields)}
+        return {**own, "title": shown_title(book.title), **found}
 
 
 @functools.cache

@@ -14,7 +14,9 @@ connections, so about 20,000 idle ones used up the process's file descriptors. H
   They are deadlines, not idle timers, so a byte every few seconds does not keep a slot open.
 - **Connections**: past `max_connections` open at once a new connection is closed as soon as it
   is accepted, and the file limit is raised (or the bound lowered) to leave room for the
-  database, the model and logs.
+  database, the model and logs. One address may hold at most `max_connections_per_client` of
+  them (nginx's `limit_conn`): a client that held all 1,000, reopening each as its deadline
+  closed it, let another client in on 3 of 71 tries.
 
 h11 is pure Python and slower per request than httptools, but a search costs milliseconds of
 encoder and attention work, beside which the parser's share is small (README "Serving").
@@ -60,6 +62,7 @@ class Limits:
     body_timeout_s: float
     keep_alive_s: int
     max_connections: int
+    max_connections_per_client: int
 
 
 class MaxHeaders:
@@ -77,34 +80,56 @@ class MaxHeaders:
 
 
 class _Refusals:
-    """Connections closed at the bound, logged at most every 10 s: a flood of them must not
-    flood the log too."""
+    """Connections closed at a bound, logged at most every 10 s: a flood of them must not
+    flood the log too. `what` says which bound, with `%d` for it."""
 
-    def __init__(self, limit: int):
-        self.limit = limit
+    def __init__(self, limit: int, what: str):
+        self.limit, self.what = limit, what
         self.count = 0
         self.logged_at = -math.inf
 
     def note(self) -> None:
         self.count += 1
         if (now := time.monotonic()) - self.logged_at >= 10:
-            logger.warning(
-                "%d connections open, the most allowed: closed %d new one(s)",
-                self.limit,
-                self.count,
-            )
+            logger.warning("%s: closed %d new connection(s)", self.what % self.limit, self.count)
             self.count, self.logged_at = 0, now
 
 
+class _PerClient:
+    """Open connections by client address: one address may hold at most `limit`."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.open: dict[str, int] = {}
+
+    def admit(self, address: str) -> bool:
+        if (n := self.open.get(address, 0)) >= self.limit:
+            return False
+        self.open[address] = n + 1
+        return True
+
+    def leave(self, address: str) -> None:
+        if (n := self.open[address] - 1) > 0:
+            self.open[address] = n
+        else:
+            del self.open[address]  # the map holds only the addresses with connections open
+
+
 def protocol_for(limits: Limits) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with `limits`' read deadlines and connection bound."""
-    refused = _Refusals(limits.max_connections)
+    """uvicorn's h11 protocol with `limits`' read deadlines and connection bounds (in all, and
+    per client address)."""
+    refused = _Refusals(limits.max_connections, "%d connections open, the most allowed")
+    per_client = _PerClient(limits.max_connections_per_client)
+    refused_client = _Refusals(
+        per_client.limit, "a client address holds %d connections, the most one may"
+    )
 
     class BoundedH11Protocol(H11Protocol):
         # "headers": waiting for a request's line and headers; "body": for its body; "app":
         # the app has the request (no read deadline: the app decides how long it reads).
         _phase = "headers"
         _deadline: asyncio.TimerHandle | None = None
+        _address: str | None = None  # the client's, while it counts towards its bound
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -112,10 +137,20 @@ def protocol_for(limits: Limits) -> type[H11Protocol]:
                 refused.note()
                 transport.close()
                 return
+            address = self.client[0] if self.client else None  # None: a Unix socket
+            if address is not None:
+                if not per_client.admit(address):
+                    refused_client.note()
+                    transport.close()
+                    return
+                self._address = address
             self._arm(limits.header_timeout_s)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._address is not None:
+                per_client.leave(self._address)
+                self._address = None
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
@@ -210,6 +245,9 @@ def limits_of(settings: ServiceSettings) -> Limits:
         body_timeout_s=settings.body_timeout_s,
         keep_alive_s=settings.keep_alive_s,
         max_connections=settings.max_connections,
+        max_connections_per_client=min(
+            settings.max_connections_per_client, settings.max_connections
+        ),
     )
 
 
@@ -269,10 +307,15 @@ def serve(app: ASGIApp, settings: ServiceSettings, sock: socket.socket) -> None:
     SIGTERM, within their limits."""
     host, port = settings.host, settings.port
     limits = limits_of(settings)
-    bounded = dataclasses.replace(limits, max_connections=connection_bound(limits.max_connections))
+    most = connection_bound(limits.max_connections)
+    bounded = dataclasses.replace(
+        limits,
+        max_connections=most,
+        max_connections_per_client=min(limits.max_connections_per_client, most),
+    )
     logger.info(
         "bound %s:%d; headers ≤ %d bytes and %d fields, in %.0f s; bodies in %.0f s; "
-        "≤ %d connections; serving once the index is loaded",
+        "≤ %d connections, %d per client address; serving once the index is loaded",
         host,
         port,
         bounded.max_header_bytes,
@@ -280,6 +323,7 @@ def serve(app: ASGIApp, settings: ServiceSettings, sock: socket.socket) -> None:
         bounded.header_timeout_s,
         bounded.body_timeout_s,
         bounded.max_connections,
+        bounded.max_connections_per_client,
     )
     config = uvicorn.Config(
         MaxHeaders(app, bounded.max_headers),

@@ -58,6 +58,7 @@ from service.engine.ranking import Component, rank
 from service.engine.results import (
     Because,
     HeadsUsed,
+    NamedBook,
     RankedBook,
     Recommendations,
     Recommended,
@@ -254,15 +255,15 @@ def recommend(
                 by_book[j][h] = by_book[j].get(h, 0.0) + s * part
         because = sorted(
             (
-                Because(ids[b], titles[b], share=sum(hs.values()), heads=hs)
+                Because(ids[b], share=sum(hs.values()), heads=hs)
                 for b, hs in zip(liked_rows, by_book, strict=True)
             ),
             key=lambda b: -b.share,
         )
         results.append(Recommended(r + 1, index.books.row(i), w, because))
     return Recommendations(
-        liked=[ids[r] for r in liked_rows],
-        disliked=[ids[r] for r in disliked_rows],
+        liked=[NamedBook(ids[r], titles[r]) for r in liked_rows],
+        disliked=[NamedBook(ids[r], titles[r]) for r in disliked_rows],
         scale=heads.scales[RANK_FIELD],
         heads=HeadsUsed(att.weights, att.abstained, heads.scales),
         matched=int(mix.matched[0]),

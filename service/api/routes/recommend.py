@@ -15,15 +15,21 @@ from service.api.book_schemas import (
     recommend_response,
     similar_response,
 )
-from service.api.deps import FrontDep
+from service.api.deps import BookQueryTurn, FrontDep, RecommendBudget
 
 router = APIRouter(tags=["recommendations"])
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"description": "An id is not in the index."},
 }
+_BUSY: dict[int | str, dict[str, Any]] = {
+    429: {
+        "description": "Busy: ATTEND_BOOK_QUERY_CONCURRENCY requests rank now and "
+        "ATTEND_BOOK_QUERY_QUEUE wait; Retry-After says when to try again."
+    },
+}
 
 
-@router.get(f"{BOOK}/similar", responses=_NOT_FOUND)
+@router.get(f"{BOOK}/similar", responses={**_NOT_FOUND, **_BUSY}, dependencies=[BookQueryTurn])
 async def similar_books(
     book_id: str, params: Annotated[SimilarParams, Query()], front: FrontDep
 ) -> SimilarResponse:
@@ -33,7 +39,11 @@ async def similar_books(
     return similar_response(found)
 
 
-@router.post("/recommend", responses=_NOT_FOUND)
+@router.post(
+    "/recommend",
+    responses={**_NOT_FOUND, **_BUSY},
+    dependencies=[RecommendBudget, BookQueryTurn],
+)
 async def recommend(body: RecommendRequest, front: FrontDep) -> RecommendResponse:
     """Books ranked by the attention they receive from the liked books' heads; each result says
     how much of its weight came from each liked book, and through which head."""

@@ -207,10 +207,11 @@ async function recommend() {
   try {
     const res = await api("/recommend", { method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ liked: [...liked.keys()], k: 8 }) });
+    const titles = new Map(res.liked.map((b) => [b.id, b.title])); // `because` names them by id
     $("recommendations").replaceChildren(...res.results.map((r) => el("li", { "data-id": r.id },
       `${r.title} `,
       el("span", { class: "because",
-        text: r.because.filter((b) => b.share >= 0.05).map((b) => `${pct(b.share)} from ${b.title}`).join(", ") }))));
+        text: r.because.filter((b) => b.share >= 0.05).map((b) => `${pct(b.share)} from ${titles.get(b.id)}`).join(", ") }))));
   } catch (err) {
     $("recommendations").replaceChildren(el("li", { class: "error", text: err.message }));
   }

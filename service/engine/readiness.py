@@ -1,0 +1,60 @@
+"""Whether the database is the index the keys came from, asked on a thread of its own.
+
+/readyz asks it: the database answers, at this service's schema, is the one the keys were loaded
+from and still holds the generation served. Its checks block on the database, so they run in
+a thread; in the routes' shared thread pool they queued behind whatever filled it: under 60
+clients of big /recommend requests /readyz took 5.3 s at the median against 8 ms idle (issue 25,
+finding 6), and compose's healthcheck gives up after 3 s. Here they have one thread, and the
+probes that arrive while a check runs share its answer rather than queue behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from indexer import db
+from service.engine.reloader import GenerationWatcher
+
+logger = logging.getLogger(__name__)
+
+
+def database_problem(engine: Engine, watcher: GenerationWatcher | None) -> str | None:
+    """Why the database is not the served index's (a sentence), or None. Blocks on it."""
+    try:
+        db.check_sqlite_file(engine)  # a truncated file: pooled connections answer from cache
+        revision, head = db.current_revision(engine), db.head_revision()
+        if revision != head:  # a truncated or foreign file has no (or another) schema
+            where = "has no Attend schema" if revision is None else f"is at revision {revision}"
+            return f"the database {where}, this service needs {head}"
+        return watcher.serving_problem() if watcher is not None else None
+    except (SQLAlchemyError, db.DatabaseGoneError) as e:
+        return f"the database does not answer ({type(e).__name__}: {e})"
+
+
+class Readiness:
+    """`database_problem` on its own thread, one check at a time. Made in the event loop that
+    awaits it (the app's lifespan)."""
+
+    def __init__(self, engine: Engine, watcher: GenerationWatcher | None):
+        self.engine, self.watcher = engine, watcher
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attend-readiness")
+        self._running: asyncio.Future[str | None] | None = None
+
+    async def problem(self) -> str | None:
+        """The answer of the check running now, or of a new one if none is."""
+        if self._running is None or self._running.done():
+            loop = asyncio.get_running_loop()
+            self._running = loop.run_in_executor(
+                self._thread, database_problem, self.engine, self.watcher
+            )
+        # shielded: a probe that hangs up must not cancel the answer the others wait for
+        return await asyncio.shield(self._running)
+
+    def close(self) -> None:
+        """Waits for a check under way: it uses the engine, which is disposed of next."""
+        self._thread.shutdown(wait=True, cancel_futures=True)
