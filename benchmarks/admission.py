@@ -11,8 +11,8 @@ catalog: SQLite takes a lock file beside it). Measured, in this order:
 - **one recommend of each size**: 100 liked, 80 disliked, and k=100 (the issue's body) or
   `--flood-k`: status, bytes, time;
 - **probes under a recommend flood**: `--flood` clients in a child process, each POSTing the
-  `--flood-k` body again as soon as its last answer came, for `--flood-seconds`; the probes
-  meanwhile, as idle;
+  `--flood-k` body again as soon as its last answer came (after a 429, once its Retry-After
+  passed, unless `--ignore-retry-after`), for `--flood-seconds`; the probes meanwhile, as idle;
   the flood's answers by status, and the server's RSS before, at its peak and
   `--settle-seconds` after the flood;
 - **a client holding connections**: `--hold` sockets from 127.0.0.1 opened and reopened as the
@@ -35,6 +35,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
+
+import httpx
 
 from benchmarks.queries import percentile
 from benchmarks.service import Server
@@ -59,38 +61,25 @@ class Probes:
         return percentile(self.ms[path], 90) if self.ms[path] else float("nan")
 
 
-async def request(
-    host: str, port: int, method: str, target: str, body: bytes = b"", *, timeout: float = 60
-) -> tuple[int, int]:
-    """(status, body bytes) of one request on a new connection."""
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    try:
-        return await asyncio.wait_for(exchange(reader, writer, method, target, body), timeout)
-    finally:
-        writer.close()
-
-
 async def exchange(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     method: str,
     target: str,
     body: bytes = b"",
-) -> tuple[int, int]:
-    """(status, body bytes) of one request on an open keep-alive connection; the body is read
-    and dropped (the client shares the server's cores: it parses nothing)."""
+) -> tuple[int, int, float]:
+    """(status, body bytes, Retry-After seconds or 0) of one request on an open keep-alive
+    connection; the body is read and dropped (the client shares the server's cores)."""
     head = f"{method} {target} HTTP/1.1\r\nHost: attend\r\n"
     if body:
         head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
     writer.write(head.encode() + b"\r\n" + body)
-    status_line, *headers = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-    length = next(
-        int(v) for k, _, v in (h.partition(":") for h in headers) if k.lower() == "content-length"
-    )
-    left = length
+    status_line, *lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines)}
+    left = length = int(headers["content-length"])
     while left:
         left -= len(await reader.read(min(left, 1 << 20)) or b"x" * left)
-    return int(status_line.split()[1]), length
+    return int(status_line.split()[1]), length, float(headers.get("retry-after", 0))
 
 
 async def probe(port: int, probes: Probes, until: float, pause_s: float) -> None:
@@ -104,7 +93,7 @@ async def probe(port: int, probes: Probes, until: float, pause_s: float) -> None
                 target = path if path != "/search" else f"/search?{urlencode({'q': f'a {i} tale'})}"
                 t0 = time.perf_counter()
                 try:
-                    status, _ = await asyncio.wait_for(exchange(reader, writer, "GET", target), 60)
+                    status, *_ = await asyncio.wait_for(exchange(reader, writer, "GET", target), 60)
                 except (OSError, TimeoutError, asyncio.IncompleteReadError):
                     probes.failed[path] += 1
                     writer.close()
@@ -122,20 +111,22 @@ async def probe(port: int, probes: Probes, until: float, pause_s: float) -> None
 def flood(
     port: int,
     body: bytes,
-    clients: int,
-    seconds: float,
+    args: argparse.Namespace,
     results: multiprocessing.Queue,  # type: ignore[type-arg]
 ) -> None:
-    """The child process: `clients` closed loops of POST /recommend; puts the status counts."""
+    """The child process: `args.flood` closed loops of POST /recommend, each waiting out a
+    429's Retry-After unless `args.ignore_retry_after`; puts the status counts."""
 
     async def client(statuses: Counter[int], until: float) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         while time.perf_counter() < until:
             try:
-                status, _ = await asyncio.wait_for(
+                status, _, retry_after = await asyncio.wait_for(
                     exchange(reader, writer, "POST", "/recommend", body), 120
                 )
                 statuses[status] += 1
+                if status == 429 and not args.ignore_retry_after:
+                    await asyncio.sleep(retry_after)
             except (OSError, TimeoutError, asyncio.IncompleteReadError):
                 statuses[0] += 1  # a transport failure
                 writer.close()
@@ -144,8 +135,8 @@ def flood(
 
     async def main() -> Counter[int]:
         statuses: Counter[int] = Counter()
-        until = time.perf_counter() + seconds
-        await asyncio.gather(*(client(statuses, until) for _ in range(clients)))
+        until = time.perf_counter() + args.flood_seconds
+        await asyncio.gather(*(client(statuses, until) for _ in range(args.flood)))
         return statuses
 
     results.put(dict(asyncio.run(main())))
@@ -190,7 +181,7 @@ async def holding(port: int, hold: int, tries: int) -> tuple[int, int, int]:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection("127.0.0.1", port, local_addr=(host, 0)), 5
             )
-            status, _ = await asyncio.wait_for(exchange(reader, writer, "GET", "/healthz"), 5)
+            status, *_ = await asyncio.wait_for(exchange(reader, writer, "GET", "/healthz"), 5)
             writer.close()
             return status == 200
         except (OSError, TimeoutError, asyncio.IncompleteReadError):
@@ -211,17 +202,13 @@ async def holding(port: int, hold: int, tries: int) -> tuple[int, int, int]:
     return held, other, same
 
 
-async def book_ids(port: int) -> list[str]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    ids: list[str] = []
-    for offset in (0, 100):
-        target = f"/search?{urlencode({'q': 'a story', 'k': 100, 'offset': offset})}"
-        writer.write(f"GET {target} HTTP/1.1\r\nHost: attend\r\n\r\n".encode())
-        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
-        length = int(head.lower().split("content-length:")[1].split("\r\n")[0])
-        ids += [h["id"] for h in json.loads(await reader.readexactly(length))["results"]]
-    writer.close()
-    return ids
+def book_ids(base: str) -> list[str]:
+    """200 ids of the catalog: a search's first two pages of 100."""
+    pages = [
+        httpx.get(f"{base}/search", params={"q": "a story", "k": 100, "offset": o}, timeout=60)
+        for o in (0, 100)
+    ]
+    return [h["id"] for page in pages for h in page.json()["results"]]
 
 
 def recommend_body(ids: list[str], k: int) -> bytes:
@@ -230,28 +217,28 @@ def recommend_body(ids: list[str], k: int) -> bytes:
 
 
 async def one_each(port: int, ids: list[str], ks: list[int]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
     for k in ks:
         body = recommend_body(ids, k)
         t0 = time.perf_counter()
-        status, size = await request("127.0.0.1", port, "POST", "/recommend", body, timeout=120)
+        status, size, _ = await exchange(reader, writer, "POST", "/recommend", body)
         out(
             f"one recommend (100 liked, 80 disliked, k={k}; {len(body):,} B): {status}, "
             f"{size:,} B in {time.perf_counter() - t0:.2f} s"
         )
+    writer.close()
 
 
 async def measure(args: argparse.Namespace, server: Server) -> None:
     port, pid = server.port, server.proc.pid
-    ids = await book_ids(port)
+    ids = await asyncio.to_thread(book_ids, server.base)
     idle = Probes()
     await probe(port, idle, time.perf_counter() + args.idle_seconds, 0.05)
     await one_each(port, ids, sorted({100, args.flood_k}))
     before = rss_mib(pid)
     results: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
     body = recommend_body(ids, args.flood_k)
-    child = multiprocessing.Process(
-        target=flood, args=(port, body, args.flood, args.flood_seconds, results)
-    )
+    child = multiprocessing.Process(target=flood, args=(port, body, args, results))
     child.start()
     await asyncio.sleep(1)  # the flood under way
     loaded, peak = Probes(), [before]
@@ -262,7 +249,8 @@ async def measure(args: argparse.Namespace, server: Server) -> None:
     await asyncio.sleep(args.settle_seconds)
     after = rss_mib(pid)
     out(
-        f"flood: {args.flood} clients × {args.flood_seconds:.0f} s of k={args.flood_k}: "
+        f"flood: {args.flood} clients × {args.flood_seconds:.0f} s of k={args.flood_k}"
+        f"{', 429s retried at once' if args.ignore_retry_after else ''}: "
         + ", ".join(f"{s or 'transport error'}: {n}" for s, n in sorted(statuses.items()))
     )
     out(
@@ -293,6 +281,9 @@ def main() -> None:
     parser.add_argument("--database-url", default="sqlite:////tmp/books.db")
     parser.add_argument("--flood", type=int, default=60, help="recommend clients")
     parser.add_argument("--flood-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--ignore-retry-after", action="store_true", help="flood clients retry a 429 at once"
+    )
     parser.add_argument(
         "--flood-k",
         type=int,

@@ -1,7 +1,9 @@
 """A real `attend serve` against hostile clients over loopback sockets (issue 16, finding 1), on
 the local engine and on `--engine ray` (issue 25, finding 4): huge or numerous headers are
 refused, clients too slow with their headers or body are cut off, connections past the bound are
-closed at once, and the service answers everyone else meanwhile.
+closed at once, one address cannot hold them all (issue 25, finding 5), and the service answers
+everyone else meanwhile. Other clients come from other addresses of 127.0.0.0/8, which Linux
+routes to lo.
 
 Every wait here is bounded: a socket timeout a few seconds past the server's deadline, so a
 server without the deadline fails the test instead of hanging it.
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.model
 HEADER_TIMEOUT_S = 1.5
 BODY_TIMEOUT_S = 1.5
 MAX_CONNECTIONS = 40
+PER_CLIENT = 10  # ATTEND_MAX_CONNECTIONS_PER_CLIENT
 MAX_HEADER_BYTES = 65_536
 GRACE_S = 3.0  # a deadline is met when the server acts within this of it
 
@@ -49,6 +52,7 @@ def server(
         "ATTEND_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
         "ATTEND_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
         "ATTEND_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+        "ATTEND_MAX_CONNECTIONS_PER_CLIENT": str(PER_CLIENT),
         "ATTEND_MAX_HEADER_BYTES": str(MAX_HEADER_BYTES),
         "ATTEND_GENERATION_POLL_S": "0",
         "HF_HUB_OFFLINE": "1",
@@ -82,8 +86,8 @@ def server(
             proc.kill()
 
 
-def _connect(address: tuple[str, int], timeout: float) -> socket.socket:
-    s = socket.create_connection(address, timeout=timeout)
+def _connect(address: tuple[str, int], timeout: float, source: str = "127.0.0.1") -> socket.socket:
+    s = socket.create_connection(address, timeout=timeout, source_address=(source, 0))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
 
@@ -251,7 +255,9 @@ def _drain(s: socket.socket) -> None:
 
 
 def test_connections_past_the_bound_are_closed_at_once(server: tuple[str, int]) -> None:
-    opened = [_connect(server, timeout=GRACE_S) for _ in range(3 * MAX_CONNECTIONS)]
+    # from 12 addresses, PER_CLIENT each: past the bound in all, within each address's share
+    sources = [f"127.0.0.{1 + i // PER_CLIENT}" for i in range(3 * MAX_CONNECTIONS)]
+    opened = [_connect(server, GRACE_S, source) for source in sources]
     try:
         time.sleep(0.5)
         closed = [s for s in opened if _closed_within(s, 0.05) is not None]
@@ -261,3 +267,21 @@ def test_connections_past_the_bound_are_closed_at_once(server: tuple[str, int]) 
         for s in opened:
             s.close()
     _healthy(server)  # the slots are free again once their clients leave
+
+
+def test_one_address_cannot_hold_every_connection(server: tuple[str, int]) -> None:
+    """127.0.0.1 opens every connection there is: past its share they are closed at once, and
+    another address still connects and is answered (before, it was closed as soon as it was
+    accepted, like every connection past the bound)."""
+    opened = [_connect(server, timeout=GRACE_S) for _ in range(MAX_CONNECTIONS)]
+    try:
+        other = _connect(server, GRACE_S, source="127.0.0.2")
+        with other:
+            other.sendall(b"GET /healthz HTTP/1.1\r\nHost: attend\r\n\r\n")
+            assert _response_status(other) == 200
+        # the first PER_CLIENT stay (until their header deadline), the rest were closed
+        closed = [s for s in opened if _closed_within(s, 0.05) is not None]
+        assert len(closed) >= MAX_CONNECTIONS - PER_CLIENT
+    finally:
+        for s in opened:
+            s.close()
