@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -40,34 +41,45 @@ ANSWERED_S = 30.0  # a request that must not wait is answered well within this
 
 
 class Gate:
-    """Stands in for `real`: every call waits, inside, until `opened` is set."""
+    """Stands in for `real`: every call waits, inside, until `opened` is set. As a context
+    manager (inside the client's) it opens on the way out and waits for every request `send`
+    started: the app must not stop under a request still in its worker's line."""
 
     def __init__(self, real: Callable[..., Any]):
         self.real = real
         self.inside = threading.Semaphore(0)  # released once per call that reached it
         self.opened = threading.Event()
+        self.threads: list[threading.Thread] = []
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.inside.release()
-        assert self.opened.wait(60), "the gate was never opened"
+        assert self.opened.wait(120), "the gate was never opened"
         return self.real(*args, **kwargs)
 
+    def send(
+        self, request: Callable[[], httpx.Response], done: threading.Semaphore | None = None
+    ) -> tuple[threading.Thread, list[Any]]:
+        """`request` sent from a thread of its own; its response lands in the list, and
+        `done` is released once it has."""
 
-def in_thread(
-    request: Callable[[], httpx.Response], done: threading.Semaphore | None = None
-) -> tuple[threading.Thread, list[Any]]:
-    """`request` sent from a thread of its own; its response lands in the list, and `done` is
-    released once it has."""
+        def send() -> None:
+            answer.append(request())
+            if done is not None:
+                done.release()
 
-    def send() -> None:
-        answer.append(request())
-        if done is not None:
-            done.release()
+        answer: list[Any] = []
+        thread = threading.Thread(target=send, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+        return thread, answer
 
-    answer: list[Any] = []
-    thread = threading.Thread(target=send, daemon=True)
-    thread.start()
-    return thread, answer
+    def __enter__(self) -> Gate:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.opened.set()
+        for thread in self.threads:
+            thread.join(120)
 
 
 def answered(thread: threading.Thread, answer: list[Any]) -> httpx.Response:
@@ -78,18 +90,15 @@ def answered(thread: threading.Thread, answer: list[Any]) -> httpx.Response:
 
 
 @pytest.fixture
-def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
+def gate(monkeypatch: pytest.MonkeyPatch) -> Gate:
     held = Gate(book_ranking.recommend)
     monkeypatch.setattr(book_ranking, "recommend", held)
-    yield held
-    held.opened.set()  # whatever the test did, nothing stays blocked
+    return held
 
 
-@pytest.fixture
-def one_turn(engine: Engine, tmp_path: Path) -> Iterator[TestClient]:
-    """One book query at a time and none waiting."""
-    with serve_books(engine, tmp_path, BOOKS, book_query_concurrency=1, book_query_queue=0) as c:
-        yield c
+def turns(engine: Engine, tmp_path: Path, queue: int = 0) -> AbstractContextManager[TestClient]:
+    """The app with one book query at a time and `queue` waiting."""
+    return serve_books(engine, tmp_path, BOOKS, book_query_concurrency=1, book_query_queue=queue)
 
 
 def recommend(client: TestClient, *liked: str, **body: object) -> httpx.Response:
@@ -97,31 +106,32 @@ def recommend(client: TestClient, *liked: str, **body: object) -> httpx.Response
 
 
 def test_past_the_turns_a_book_query_is_answered_429_with_retry_after(
-    one_turn: TestClient, gate: Gate
+    engine: Engine, tmp_path: Path, gate: Gate
 ) -> None:
-    first = in_thread(lambda: recommend(one_turn, "dune"))
-    assert gate.inside.acquire(timeout=ANSWERED_S)  # it ranks (held at the gate)
-    for request in (
-        lambda: recommend(one_turn, "found"),
-        lambda: one_turn.get("/books/dune/similar"),  # the same turns
-    ):
-        r = answered(*in_thread(request))
-        assert r.status_code == 429, r.text
-        assert int(r.headers["retry-after"]) >= 1
-        assert "busy" in r.json()["detail"]
-    gate.opened.set()
-    assert answered(*first).status_code == 200
+    with turns(engine, tmp_path) as client, gate:
+        first = gate.send(lambda: recommend(client, "dune"))
+        assert gate.inside.acquire(timeout=ANSWERED_S)  # it ranks (held at the gate)
+        for request in (
+            lambda: recommend(client, "found"),
+            lambda: client.get("/books/dune/similar"),  # the same turns
+        ):
+            r = answered(*gate.send(request))
+            assert r.status_code == 429, r.text
+            assert int(r.headers["retry-after"]) >= 1
+            assert "busy" in r.json()["detail"]
+        gate.opened.set()
+        assert answered(*first).status_code == 200
 
 
 def test_a_request_may_wait_for_a_turn_in_the_queue(
     engine: Engine, tmp_path: Path, gate: Gate
 ) -> None:
-    with serve_books(engine, tmp_path, BOOKS, book_query_concurrency=1, book_query_queue=1) as c:
-        first = in_thread(lambda: recommend(c, "dune"))
+    with turns(engine, tmp_path, queue=1) as client, gate:
+        first = gate.send(lambda: recommend(client, "dune"))
         assert gate.inside.acquire(timeout=ANSWERED_S)
         # one of these two waits for the turn, the other finds the queue full: answered first
         done = threading.Semaphore(0)
-        others = [in_thread(lambda: recommend(c, "found"), done) for _ in range(2)]
+        others = [gate.send(lambda: recommend(client, "found"), done) for _ in range(2)]
         assert done.acquire(timeout=ANSWERED_S), "neither was refused"
         assert [a[0].status_code for _, a in others if a] == [429]
         gate.opened.set()
@@ -129,13 +139,11 @@ def test_a_request_may_wait_for_a_turn_in_the_queue(
 
 
 def test_health_and_readiness_answer_with_every_worker_thread_and_turn_taken(
-    one_turn: TestClient, gate: Gate
+    engine: Engine, tmp_path: Path, gate: Gate
 ) -> None:
     """/healthz and /readyz answer while the book-query turn is held and every thread of the
     routes' pool (FastAPI's plain `def` routes, anyio's default limiter) is busy: as `def`
     routes they queued there behind a /recommend flood for seconds."""
-    portal = one_turn.portal
-    assert portal is not None
 
     async def pool_size() -> int:
         return int(anyio.to_thread.current_default_thread_limiter().total_tokens)
@@ -144,24 +152,26 @@ def test_health_and_readiness_answer_with_every_worker_thread_and_turn_taken(
 
     def hold_a_thread() -> None:
         busy.release()
-        release.wait(60)
+        release.wait(120)
 
-    first = in_thread(lambda: recommend(one_turn, "dune"))
-    try:
-        assert gate.inside.acquire(timeout=ANSWERED_S)
-        threads = portal.call(pool_size)
-        for _ in range(threads):
-            portal.start_task_soon(anyio.to_thread.run_sync, hold_a_thread)
-        for _ in range(threads):
-            assert busy.acquire(timeout=ANSWERED_S)
-        for path in ("/healthz", "/readyz"):
-            r = answered(*in_thread(functools.partial(one_turn.get, path)))
-            assert r.status_code == 200, r.text
-        assert answered(*in_thread(lambda: recommend(one_turn, "found"))).status_code == 429
-    finally:
-        release.set()
+    with turns(engine, tmp_path) as client, gate:
+        assert client.portal is not None
+        first = gate.send(lambda: recommend(client, "dune"))
+        try:
+            assert gate.inside.acquire(timeout=ANSWERED_S)
+            threads = client.portal.call(pool_size)
+            for _ in range(threads):
+                client.portal.start_task_soon(anyio.to_thread.run_sync, hold_a_thread)
+            for _ in range(threads):
+                assert busy.acquire(timeout=ANSWERED_S)
+            for path in ("/healthz", "/readyz"):
+                r = answered(*gate.send(functools.partial(client.get, path)))
+                assert r.status_code == 200, r.text
+            assert answered(*gate.send(lambda: recommend(client, "found"))).status_code == 429
+        finally:
+            release.set()
         gate.opened.set()
-    assert answered(*first).status_code == 200
+        assert answered(*first).status_code == 200
 
 
 def test_a_recommend_request_over_the_budget_is_422_naming_it(
