@@ -28,8 +28,6 @@ import contextlib
 import json
 import multiprocessing
 import resource
-import statistics
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -40,13 +38,9 @@ import httpx
 
 from benchmarks.queries import percentile
 from benchmarks.service import Server
+from benchmarks.soak import out
 
 PROBES = ("/healthz", "/readyz", "/search")
-
-
-def out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
 
 
 @dataclass
@@ -54,11 +48,9 @@ class Probes:
     ms: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PROBES})
     failed: Counter[str] = field(default_factory=Counter)
 
-    def median(self, path: str) -> float:
-        return statistics.median(self.ms[path]) if self.ms[path] else float("nan")
-
-    def p90(self, path: str) -> float:
-        return percentile(self.ms[path], 90) if self.ms[path] else float("nan")
+    def at(self, path: str, q: float) -> float:
+        """The q-th percentile of `path`'s latencies (ms)."""
+        return percentile(self.ms[path], q) if self.ms[path] else float("nan")
 
 
 async def exchange(
@@ -258,11 +250,12 @@ async def measure(args: argparse.Namespace, server: Server) -> None:
         f"{'ratio p50':>9} {'failed':>6}"
     )
     for path in PROBES:
-        ratio = loaded.median(path) / idle.median(path)
+        cells = [idle.at(path, 50), idle.at(path, 90), loaded.at(path, 50), loaded.at(path, 90)]
+        ratio = cells[2] / cells[0]
         out(
-            f"{path:<10} {idle.median(path):>9.1f} {idle.p90(path):>9.1f} "
-            f"{loaded.median(path):>9.1f} {loaded.p90(path):>9.1f} {ratio:>9.1f} "
-            f"{loaded.failed[path]:>6}"
+            f"{path:<10} "
+            + " ".join(f"{c:>9.1f}" for c in [*cells, ratio])
+            + f" {loaded.failed[path]:>6}"
         )
     out(
         f"server RSS MiB: before the flood {before:.0f}, peak {peak[0]:.0f}, "
@@ -284,13 +277,8 @@ def main() -> None:
     parser.add_argument(
         "--ignore-retry-after", action="store_true", help="flood clients retry a 429 at once"
     )
-    parser.add_argument(
-        "--flood-k",
-        type=int,
-        default=20,
-        help="k of the flood's requests (20: 100 liked × 20 "
-        "× 6 heads = 12,000, the default ATTEND_BOOK_QUERY_BUDGET)",
-    )
+    # 20: 100 liked × k=20 × 6 heads = 12,000, the default ATTEND_BOOK_QUERY_BUDGET
+    parser.add_argument("--flood-k", type=int, default=20, help="k of the flood's requests")
     parser.add_argument("--idle-seconds", type=float, default=5.0)
     parser.add_argument("--settle-seconds", type=float, default=5.0)
     parser.add_argument("--hold", type=int, default=1000, help="connections one client holds")

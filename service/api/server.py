@@ -14,9 +14,8 @@ connections, so about 20,000 idle ones used up the process's file descriptors. H
   They are deadlines, not idle timers, so a byte every few seconds does not keep a slot open.
 - **Connections**: past `max_connections` open at once a new connection is closed as soon as it
   is accepted, and the file limit is raised (or the bound lowered) to leave room for the
-  database, the model and logs. One address may hold at most `max_connections_per_client` of
-  them (nginx's `limit_conn`): a client that held all 1,000, reopening each as its deadline
-  closed it, let another client in on 3 of 71 tries.
+  database, the model and logs; one address may hold at most `max_connections_per_client` of
+  them (service/api/connections.py).
 
 h11 is pure Python and slower per request than httptools, but a search costs milliseconds of
 encoder and attention work, beside which the parser's share is small (README "Serving").
@@ -30,10 +29,7 @@ import dataclasses
 import errno
 import json
 import logging
-import math
-import resource
 import socket
-import time
 from collections.abc import Iterator
 
 import h11
@@ -41,6 +37,7 @@ import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
 
+from service.api.connections import PerClient, Refusals, connection_bound
 from service.api.guards import send_error
 from service.settings import ServiceSettings
 
@@ -48,10 +45,6 @@ logger = logging.getLogger(__name__)
 
 # uvicorn's exit status when its start-up (our lifespan: the model and the index) failed
 STARTUP_FAILURE = 3
-
-# File descriptors kept for everything but client sockets: the database pool, the model's files,
-# log handlers, the listening socket, and headroom.
-RESERVED_FDS = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,48 +72,12 @@ class MaxHeaders:
         await self.app(scope, receive, send)
 
 
-class _Refusals:
-    """Connections closed at a bound, logged at most every 10 s: a flood of them must not
-    flood the log too. `what` says which bound, with `%d` for it."""
-
-    def __init__(self, limit: int, what: str):
-        self.limit, self.what = limit, what
-        self.count = 0
-        self.logged_at = -math.inf
-
-    def note(self) -> None:
-        self.count += 1
-        if (now := time.monotonic()) - self.logged_at >= 10:
-            logger.warning("%s: closed %d new connection(s)", self.what % self.limit, self.count)
-            self.count, self.logged_at = 0, now
-
-
-class _PerClient:
-    """Open connections by client address: one address may hold at most `limit`."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.open: dict[str, int] = {}
-
-    def admit(self, address: str) -> bool:
-        if (n := self.open.get(address, 0)) >= self.limit:
-            return False
-        self.open[address] = n + 1
-        return True
-
-    def leave(self, address: str) -> None:
-        if (n := self.open[address] - 1) > 0:
-            self.open[address] = n
-        else:
-            del self.open[address]  # the map holds only the addresses with connections open
-
-
 def protocol_for(limits: Limits) -> type[H11Protocol]:
     """uvicorn's h11 protocol with `limits`' read deadlines and connection bounds (in all, and
     per client address)."""
-    refused = _Refusals(limits.max_connections, "%d connections open, the most allowed")
-    per_client = _PerClient(limits.max_connections_per_client)
-    refused_client = _Refusals(
+    refused = Refusals(limits.max_connections, "%d connections open, the most allowed")
+    per_client = PerClient(limits.max_connections_per_client)
+    refused_client = Refusals(
         per_client.limit, "a client address holds %d connections, the most one may"
     )
 
@@ -213,30 +170,6 @@ def protocol_for(limits: Limits) -> type[H11Protocol]:
     return BoundedH11Protocol
 
 
-def connection_bound(wanted: int) -> int:
-    """`wanted`, or fewer if the file limit cannot be raised to hold them; raises the soft limit
-    towards the hard one as needed."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = wanted + RESERVED_FDS
-    if soft != resource.RLIM_INFINITY and soft < need:
-        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError) as e:
-            logger.warning("could not raise the file limit to %d: %s", target, e)
-    if soft != resource.RLIM_INFINITY and soft < need:
-        bound = max(1, soft - RESERVED_FDS)
-        logger.warning(
-            "the file limit (%d) holds %d connections, not ATTEND_MAX_CONNECTIONS=%d",
-            soft,
-            bound,
-            wanted,
-        )
-        return bound
-    return wanted
-
-
 def limits_of(settings: ServiceSettings) -> Limits:
     return Limits(
         max_header_bytes=settings.max_header_bytes,
@@ -245,9 +178,7 @@ def limits_of(settings: ServiceSettings) -> Limits:
         body_timeout_s=settings.body_timeout_s,
         keep_alive_s=settings.keep_alive_s,
         max_connections=settings.max_connections,
-        max_connections_per_client=min(
-            settings.max_connections_per_client, settings.max_connections
-        ),
+        max_connections_per_client=settings.max_connections_per_client,  # ≤ the bound: serve
     )
 
 
