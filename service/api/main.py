@@ -151,10 +151,7 @@ def create_app(
             )
             app.state.watcher, app.state.jobs = watcher, jobs
             # made here, in the event loop that awaits them
-            app.state.book_queries, app.state.readiness = (
-                book_query_turns(settings),
-                Readiness(engine, watcher),
-            )
+            app.state.book_queries, app.state.readiness = book_query_turns(settings), Readiness()
             searcher.start()
             stop_following = follow_generations(engine, watcher)
             app.state.searcher = searcher

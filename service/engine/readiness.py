@@ -40,18 +40,18 @@ class Readiness:
     """`database_problem` on its own thread, one check at a time. Made in the event loop that
     awaits it (the app's lifespan)."""
 
-    def __init__(self, engine: Engine, watcher: GenerationWatcher | None):
-        self.engine, self.watcher = engine, watcher
+    def __init__(self) -> None:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attend-readiness")
         self._running: asyncio.Future[str | None] | None = None
+        self._asked: tuple[Engine, GenerationWatcher | None] | None = None  # the running one's
 
-    async def problem(self) -> str | None:
-        """The answer of the check running now, or of a new one if none is."""
-        if self._running is None or self._running.done():
+    async def problem(self, engine: Engine, watcher: GenerationWatcher | None) -> str | None:
+        """The answer of the check of `engine` running now, or of a new one if none is."""
+        asked = (engine, watcher)
+        if self._running is None or self._running.done() or self._asked != asked:
             loop = asyncio.get_running_loop()
-            self._running = loop.run_in_executor(
-                self._thread, database_problem, self.engine, self.watcher
-            )
+            self._running = loop.run_in_executor(self._thread, database_problem, *asked)
+            self._asked = asked
         # shielded: a probe that hangs up must not cancel the answer the others wait for
         return await asyncio.shield(self._running)
 

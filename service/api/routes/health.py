@@ -48,7 +48,10 @@ async def healthz(index: IndexDep, watcher: WatcherDep) -> Health:
     },
 )
 async def readyz(
-    searcher: LoadedSearcherDep, engine: StartedEngineDep, readiness: ReadinessDep
+    searcher: LoadedSearcherDep,
+    engine: StartedEngineDep,
+    watcher: WatcherDep,
+    readiness: ReadinessDep,
 ) -> Ready:
     """Ready to answer searches: the keys are loaded, and the database is the index they came
     from (its schema, its identity, the generation served), not merely a server answering."""
@@ -56,7 +59,7 @@ async def readyz(
         raise NotReadyError("the index is still loading")
     if len(searcher.index) == 0:
         raise NotReadyError("the index holds no books yet: run `attend index CATALOG` first")
-    if (problem := await readiness.problem()) is not None:
+    if (problem := await readiness.problem(engine, watcher)) is not None:
         raise NotReadyError(problem)
     return Ready(status="ready", catalog_size=len(searcher.index))
 
