@@ -41,8 +41,8 @@ def peak_mib() -> float:
 def measure(url: str) -> dict[str, float | int | str]:
     """In this (fresh) process: load the encoder, then the index, then search once."""
     from indexer.db import create_db_engine
+    from models.keys import LocalKeys
     from service.engine.searcher import SearchOptions
-    from service.engine.served_index import LocalKeys
     from service.engine.startup import build_encoder, build_searcher
     from service.settings import ServiceSettings
 

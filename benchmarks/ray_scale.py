@@ -12,7 +12,7 @@
    service's searcher runs per batch (`rank_queries`: the default heads' mixture, title,
    description and lexical, exact top 10, no filters): on the local served index
    (`ServedIndex.local`), on the router's index over 2 in-process shards, and over 1 and 2 Ray
-   Serve shard deployments (`sharded_index`, the same code the HTTP router runs), on the
+   Serve shard deployments (`ShardedKeys`, the same code the HTTP router runs), on the
    re-indexed catalog.
 3. The attention core alone on 1,000,000 random keys, B = 1 and 64: the per-query cost that
    the sizing table in the README scales to 30M books.
@@ -41,12 +41,12 @@ from benchmarks.queries import unique_queries
 from indexer import db, loaded_index, pipeline, ray_embed, store
 from indexer.catalog import CatalogRecord, scan_catalog
 from indexer.data import DEMO_CATALOG
+from indexer.filters import Filters
 from indexer.settings import IndexSettings
 from models.attention import attend
 from models.shard_merge import split
-from service.cluster.router import sharded_index
-from service.cluster.shard import LocalShard, Shard
-from service.engine.filters import Filters
+from service.cluster.shards.router import ShardedKeys
+from service.cluster.shards.shard import LocalShard, Shard
 from service.engine.query_ranking import rank_queries
 from service.engine.served_index import ServedIndex
 from service.engine.startup import build_encoder
@@ -147,7 +147,8 @@ def hop(url: str, queries: int) -> list[dict[str, Any]]:
     """ms per single-query search (no encoder): local, in-process shards, Ray Serve shards."""
     from ray import serve
 
-    from service.cluster.deployments import RayShard, ShardDeployment
+    from service.cluster.ray_serve import shard_config
+    from service.cluster.shards.deployments import RayShard, ShardDeployment
 
     settings = ServiceSettings(database_url=url, device="cpu")
     encoder = build_encoder(settings)
@@ -161,14 +162,18 @@ def hop(url: str, queries: int) -> list[dict[str, Any]]:
         )
     }
     local = [LocalShard(Shard(index, shard=s, shards=2, device="cpu")) for s in range(2)]
-    served["2 in-process shards + merge"] = sharded_index(index, local, descriptions=descriptions)
+    served["2 in-process shards + merge"] = ServedIndex(
+        index, ShardedKeys.of(index, local), descriptions=descriptions
+    )
     with ray_embed.ray_session(None, num_cpus=4):  # logical CPUs: 3 shard replicas of 1 each
         serve.start()
         try:
             for n in (1, 2):
                 handles = [
                     serve.run(
-                        ShardDeployment.options(name=f"shard-{s}").bind(settings, s, n),  # type: ignore[attr-defined]
+                        ShardDeployment.options(name=f"shard-{s}").bind(
+                            shard_config(settings), s, n
+                        ),  # type: ignore[attr-defined]
                         name=f"bench-{n}-{s}",
                         route_prefix=None,
                     )
@@ -180,7 +185,9 @@ def hop(url: str, queries: int) -> list[dict[str, Any]]:
                     for s, (h, (a, b)) in enumerate(zip(handles, split(len(index), n), strict=True))
                 ]
                 label = f"{n} Ray Serve shard{'s' if n > 1 else ''} + merge"
-                served[label] = sharded_index(index, clients, descriptions=descriptions)
+                served[label] = ServedIndex(
+                    index, ShardedKeys.of(index, clients), descriptions=descriptions
+                )
             rows = [{"path": name, **_time(s, q, texts, settings)} for name, s in served.items()]
         finally:
             serve.shutdown()

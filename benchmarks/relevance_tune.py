@@ -30,9 +30,9 @@ import numpy as np
 from benchmarks.relevance import SHARED, Baselines, ensure_index, rrf, top
 from benchmarks.relevance_labels import Judged, judged_queries, load_books, score
 from indexer import db
+from models.keys import LocalKeys
 from service.engine import book_ranking
 from service.engine.head_weights import HEADS, LEXICAL
-from service.engine.served_index import LocalKeys
 from service.engine.startup import build_searcher
 from service.settings import ServiceSettings
 

@@ -29,8 +29,8 @@ from benchmarks.queries import QUERIES, percentile, unique_queries
 from benchmarks.service import Server
 from indexer import db, pipeline
 from indexer.data import DEMO_CATALOG
+from indexer.filters import Filters
 from indexer.settings import IndexSettings
-from service.engine.filters import Filters
 from service.engine.query_ranking import rank_queries
 from service.engine.startup import LocalIndexSource, build_encoder
 from service.settings import ServiceSettings

@@ -3,12 +3,21 @@ without batching, and a check that answers under load equal answers one at a tim
 
     .venv/bin/python -m benchmarks.service --database-url sqlite:///benchmarks/results/books.db
     .venv/bin/python -m benchmarks.service --clients 1 8 32 64 --seconds 10 --json
+    .venv/bin/python -m benchmarks.service --versus /tmp/attend-before   # this code against that
+
 
 The database must already hold an index (`attend index`, or benchmarks/search_latency.py leaves
 one in benchmarks/results/). The server's query cache is turned off, so every request runs the
 encoder, as a query never asked before does. A batched and an unbatched server run side by side
 and take turns cell by cell, so the gain is measured under the same noise. The client runs on the
 same cores as the servers: QPS here is a floor.
+
+With `--versus DIR` (a checkout of other code, e.g. `git worktree add /tmp/attend-before REV`)
+the two servers are this code and DIR's (its packages first on PYTHONPATH, the same venv), both
+batched, over the same database; the table then gives this code's q/s and p50 as ratios to DIR's.
+When Debian's `wrk` is on PATH, each server also takes `wrk` (its own C client, which loads the
+cores less than this one) for `--seconds` at each client count, queries rotated by a Lua script,
+turn by turn, with the ratios.
 """
 
 from __future__ import annotations
@@ -17,13 +26,17 @@ import argparse
 import asyncio
 import json
 import os
+import re
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import httpx
@@ -199,6 +212,92 @@ def check_answers(base: str, answers: dict[str, list[str]]) -> int:
     return mismatches
 
 
+_WRK_SCRIPT = """
+local queries = {%s}
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("GET", "/search?k=10&q=" .. queries[(i %% #queries) + 1])
+end
+done = function(summary, latency, requests)
+  io.write(string.format("ATTEND %%d %%f %%f %%f %%d\\n", summary.requests, summary.duration,
+    latency:percentile(50), latency:percentile(99), summary.errors.status))
+end
+"""
+
+
+def wrk_cells(
+    servers: dict[str, Server], clients: list[int], seconds: float, queries: list[str]
+) -> list[dict[str, Any]]:
+    """Each server under `wrk` at each client count, turn by turn; [] without wrk."""
+    if shutil.which("wrk") is None:
+        return []
+    quoted = ",".join(json.dumps(urlencode({"": q})[1:]) for q in queries)
+    rows: list[dict[str, Any]] = []
+    with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
+        script.write(_WRK_SCRIPT % quoted)
+        script.flush()
+        for c in clients:
+            for mode, server in servers.items():
+                out = subprocess.run(
+                    [
+                        "wrk",
+                        f"-t{min(2, c)}",
+                        f"-c{c}",
+                        f"-d{seconds:g}s",
+                        "-s",
+                        script.name,
+                        "--timeout",
+                        "60s",
+                        server.base,
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+                m = re.search(r"ATTEND (\d+) (\S+) (\S+) (\S+) (\d+)", out)
+                if m is None:
+                    raise RuntimeError(f"wrk printed no summary: {out}")
+                n, us, p50, p99, bad = m.groups()
+                rows.append(
+                    {
+                        "mode": mode,
+                        "clients": c,
+                        "rps": int(n) / (float(us) / 1e6),
+                        "p50_ms": float(p50) / 1e3,
+                        "p99_ms": float(p99) / 1e3,
+                        "non_2xx": int(bad),
+                    }
+                )
+    return rows
+
+
+def run_cells(
+    servers: dict[str, Server], clients: list[int], seconds: float, queries: list[str]
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Each server under this module's client at each client count, turn by turn: the rows, and
+    per cell how many answers under load differ from the same query alone."""
+    rows: list[dict[str, Any]] = []
+    mismatches: dict[str, int] = {}
+    offset = dict.fromkeys(servers, 0)
+    for c in clients:
+        for mode, server in servers.items():
+            cell = Cell(mode, c)
+            # a fresh slice of never-sent queries per cell; wraps only on very long runs
+            start = offset[mode]
+            pool = (queries[start:] + queries[:start]) * 50
+            queries_before, calls_before = batch_totals(server.base)
+            asyncio.run(load(server.base, cell, pool, seconds))
+            queries_after, calls_after = batch_totals(server.base)
+            if calls_after > calls_before:
+                cell.mean_batch = (queries_after - queries_before) / (calls_after - calls_before)
+            offset[mode] = (start + len(cell.latencies_ms)) % len(queries)
+            rows.append(cell.row())
+            if c > 1:
+                mismatches[f"{mode}, {c} clients"] = check_answers(server.base, cell.answers)
+    return rows, mismatches
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--database-url", default="sqlite:///benchmarks/results/books.db")
@@ -210,85 +309,95 @@ def main() -> None:
         default=[],
         help="extra ATTEND_*=value for the server, e.g. ATTEND_ENCODER_BACKEND=onnx",
     )
+    parser.add_argument(
+        "--versus",
+        type=Path,
+        help="a checkout of other code: serve it beside this code (both batched) and compare",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     extra = dict(e.split("=", 1) for e in args.env)
-    # The query cache is off (size 1): every request runs the encoder, as new queries do.
+    batched = {"ATTEND_BATCH_WINDOW_MS": "2", "ATTEND_MAX_BATCH": "64"}
     modes = {
-        "batched": {"ATTEND_BATCH_WINDOW_MS": "2", "ATTEND_MAX_BATCH": "64"},
+        "batched": batched,
         "unbatched": {"ATTEND_BATCH_WINDOW_MS": "0", "ATTEND_MAX_BATCH": "1"},
     }
+    if args.versus:
+        modes = {"this": batched, "versus": {**batched, "PYTHONPATH": str(args.versus.resolve())}}
+    # The query cache is off (size 1): every request runs the encoder, as new queries do.
     modes = {m: {**env, "ATTEND_QUERY_CACHE_SIZE": "1"} for m, env in modes.items()}
     queries = unique_queries()
-    rows: list[dict[str, float | int | str]] = []
-    mismatches: dict[str, int] = {}
     # Both servers run side by side and take turns cell by cell (an idle one costs nothing), so
     # a burst of noise on the shared machine hits both modes alike.
     servers = {mode: Server(args.database_url, {**env, **extra}) for mode, env in modes.items()}
     try:
         for server in servers.values():
             server.wait_ready()
-        offset = dict.fromkeys(modes, 0)
-        for clients in args.clients:
-            for mode, server in servers.items():
-                cell = Cell(mode, clients)
-                # a fresh slice of never-sent queries per cell; wraps only on very long runs
-                start = offset[mode]
-                pool = (queries[start:] + queries[:start]) * 50
-                queries_before, calls_before = batch_totals(server.base)
-                asyncio.run(load(server.base, cell, pool, args.seconds))
-                queries_after, calls_after = batch_totals(server.base)
-                if calls_after > calls_before:
-                    cell.mean_batch = (queries_after - queries_before) / (
-                        calls_after - calls_before
-                    )
-                offset[mode] = (start + len(cell.latencies_ms)) % len(queries)
-                rows.append(cell.row())
-                if clients > 1:
-                    mismatches[f"{mode}, {clients} clients"] = check_answers(
-                        server.base, cell.answers
-                    )
+        rows, mismatches = run_cells(servers, args.clients, args.seconds, queries)
+        wrk_rows = wrk_cells(servers, args.clients, args.seconds, queries)
     finally:
         for server in servers.values():
             server.stop()
+    first, second = modes
     qps = {(r["mode"], r["clients"]): float(r["qps"]) for r in rows}
-    gains = {
-        c: qps[("batched", c)] / qps[("unbatched", c)]
-        for c in args.clients
-        if qps.get(("unbatched", c))
-    }
+    gains = {c: qps[(first, c)] / qps[(second, c)] for c in args.clients if qps.get((second, c))}
     out = {
         "database": args.database_url.split(":")[0],
         "server_env": extra,
+        "versus": str(args.versus) if args.versus else None,
         "rows": rows,
-        "batching_gain": gains,
+        "gain": {"of": first, "over": second, "qps_ratio": gains},
+        "wrk": wrk_rows,
         "answers_differing_under_load": mismatches,
         "cores": os.cpu_count(),
     }
     if args.json:
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
-        return
+    else:
+        sys.stdout.write(report(out, seconds=args.seconds) + "\n")
+
+
+def report(out: dict[str, Any], *, seconds: float) -> str:
+    """The benchmark's result as a text table."""
     head = (
         f"{'mode':<10} {'clients':>7} {'req':>6} {'q/s':>7} {'p50 ms':>8} {'p95 ms':>8} "
         f"{'p99 ms':>8} {'errors':>6} {'batch':>6}"
     )
-    lines = [f"service benchmark, {out['cores']} cores, server env {extra or 'default'}", head]
-    for r in rows:
+    env = out["server_env"] or "default"
+    lines = [f"service benchmark, {out['cores']} cores, server env {env}", head]
+    for r in out["rows"]:
         lines.append(
             f"{r['mode']:<10} {r['clients']:>7} {r['requests']:>6} {r['qps']:>7.1f} "
             f"{r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['errors']:>6} "
             f"{r['mean_batch']:>6.1f}"
         )
     lines.append("batch: mean queries per encoder and attention call (the server's /metrics)")
-    lines.append(
-        "batching gain (q/s batched / unbatched): "
-        + ", ".join(f"{c} clients {g:.2f}x" for c, g in gains.items())
-    )
+    first, second = out["gain"]["of"], out["gain"]["over"]
+    what = f"this code / {out['versus']}" if out["versus"] else "batching gain, batched / unbatched"
+    gains = out["gain"]["qps_ratio"]
+    lines.append(f"{what} (q/s): " + ", ".join(f"{c} clients {g:.2f}x" for c, g in gains.items()))
+    if out["wrk"]:
+        lines.append(f"wrk ({seconds:g} s a cell, queries rotated, turn by turn):")
+        lines.append(f"{'mode':<10} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
+        for r in out["wrk"]:
+            lines.append(
+                f"{r['mode']:<10} {r['clients']:>7} {r['rps']:>8.1f} {r['p50_ms']:>8.1f} "
+                f"{r['p99_ms']:>8.1f}"
+            )
+        by = {(r["mode"], r["clients"]): r for r in out["wrk"]}
+        ratios = [
+            f"{c} clients q/s {by[first, c]['rps'] / by[second, c]['rps']:.2f}x, "
+            f"p50 {by[first, c]['p50_ms'] / by[second, c]['p50_ms']:.2f}x"
+            for (mode, c) in by
+            if mode == first and by[second, c]["rps"] and by[second, c]["p50_ms"]
+        ]
+        lines.append(f"wrk {first} / {second}: " + ", ".join(ratios))
     lines.append(
         f"answers under load that differ from the same query sent alone (of {ANSWERS_CHECKED} "
-        "per cell): " + ", ".join(f"{cell}: {n}" for cell, n in mismatches.items())
+        "per cell): "
+        + ", ".join(f"{cell}: {n}" for cell, n in out["answers_differing_under_load"].items())
     )
-    sys.stdout.write("\n".join(lines) + "\n")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

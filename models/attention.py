@@ -9,20 +9,27 @@ For queries q (B, d), keys K (N, d) and values V (N, d_v):
 plus the top-k keys by weight: `reference_attention`, the listing above, is what `attend`
 computes and what the tests hold it to. `attend` never holds anything of size (B, N): it scores
 the keys in chunks of C and folds each into a `RunningSoftmax` (running top-k, max, sum and,
-with values, output), as flash-attention merges blocks. Memory is O(B·C + B·k + B·d_v).
+with values, output), as flash-attention merges blocks. Memory is O(B·C + B·k + B·d_v). What it
+does to each chunk (its logits into a reused buffer, a block-max top-k, the winners' exact
+rescoring) is in models/attention_chunks.py.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from models import cpu_blas
+from models.attention_chunks import (
+    BLOCK,
+    chunk_candidates,
+    chunk_logits,
+    exact_scores,
+    logits_buffer,
+    whole_blocks,
+)
 
 # Logits per chunk (B·C) when `attend` sizes the chunk: 64 MiB of fp32. Up to it, bigger chunks
 # measured faster at N = 1M (B = 1: 19.1 q/s in one chunk against 16.1 in chunks of 65,536;
@@ -34,9 +41,6 @@ SCORES_BUDGET = 1 << 24
 # 2^20 against 96 ms in chunks of 65,536; B = 16: 4.8 ms in chunks of 2^22 against 8.1 in 2^20).
 CUDA_SCORES_BUDGET = 1 << 28
 LOG2_E, LN_2 = 1 / math.log(2), math.log(2)
-BLOCK = 64  # columns per block of a chunk's block-max top-k (_chunk_candidates)
-_REUSE_MAX = SCORES_BUDGET  # logits buffers up to 64 MiB are kept for the thread's next call
-_NUMPY_ROWS = 512  # up to this many winners (B·k) are rescored with numpy on the CPU
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ def chunk_for(B: int, N: int, device: torch.device | None = None) -> int:  # noq
     """Keys per chunk for B queries over N keys on `device` (the CPU if None): (B, C) logits
     within the device's budget, at most N rounded up to a whole BLOCK."""
     budget = CUDA_SCORES_BUDGET if device is not None and device.type == "cuda" else SCORES_BUDGET
-    return _whole_blocks(min(max(BLOCK, budget // max(B, 1)), max(N, 1)))
+    return whole_blocks(min(max(BLOCK, budget // max(B, 1)), max(N, 1)))
 
 
 def reference_attention(
@@ -128,12 +132,12 @@ def attend(
     # (B,) unmasked keys: counted chunk by chunk with a mask, else all N
     matched = torch.full((B,), N if mask is None else 0, dtype=torch.long, device=device)
     state = RunningSoftmax(min(k, N), matched)
-    buf = _logits_buffer(B, _whole_blocks(min(C, N)), device)  # (B, W) W ≥ C
+    buf = logits_buffer(B, whole_blocks(min(C, N)), device)  # (B, W) W ≥ C
     for start in range(0, N, C):
         kc = keys[start : start + C]  # (c, d)
-        s = buf[:, : _whole_blocks(kc.shape[0])]  # (B, c rounded up to whole blocks)
+        s = buf[:, : whole_blocks(kc.shape[0])]  # (B, c rounded up to whole blocks)
         kept = None if scores_out is None else scores_out[:, start : start + C]
-        _chunk_logits(s, qs, kc, scale=scale2 if qs is q else None, kept=kept)  # s = x
+        chunk_logits(s, qs, kc, scale=scale2 if qs is q else None, kept=kept)  # s = x
         vc = None if values is None else values[start : start + C]  # (c, d_v)
         state.fold(s, start, vc, None if mask is None else mask[..., start : start + C])
     return state.finish(q, keys, scale=scale)
@@ -160,7 +164,7 @@ class RunningSoftmax:
             s[:, : mask.shape[-1]].masked_fill_(~mask, -math.inf)
             self.matched += mask.sum(-1) if mask.dim() == 2 else mask.sum()
         # running top-k, before the exp overwrites s; and the chunk's max x and its column
-        cand, cand_col, c_max, c_arg = _chunk_candidates(s, self.k)  # (B, k'), ..., (B, 1)
+        cand, cand_col, c_max, c_arg = chunk_candidates(s, self.k)  # (B, k'), ..., (B, 1)
         self._merge_top(cand, cand_col + start if start else cand_col)
         # running log-sum-exp (and output), rescaled to the new max like flash-attention
         m_old = self.m
@@ -188,7 +192,7 @@ class RunningSoftmax:
         k, top, top_idx = self.k, self.top, self.top_idx
         if top is not None and top_idx is not None:
             cand, cand_idx = torch.cat([top, cand], dim=-1), torch.cat([top_idx, cand_idx], dim=-1)
-        elif cand.shape[1] == k:  # a whole chunk's own top-k, already sorted (_chunk_candidates)
+        elif cand.shape[1] == k:  # a whole chunk's own top-k, already sorted (chunk_candidates)
             self.top, self.top_idx = cand, cand_idx
             return
         if cand.shape[1] < k:  # fewer keys so far than k: pad, as a row short of keys ends
@@ -210,7 +214,7 @@ class RunningSoftmax:
         # they are its largest, so the weights agree to ~1e-7 however the keys were chunked.
         found = torch.isfinite(top)  # (B, k) False for masked keys and padding
         top_idx = torch.where(found, self.top_idx, -1)
-        exact = _exact_scores(q, keys, top_idx.clamp_min(0))  # (B, k) float64
+        exact = exact_scores(q, keys, top_idx.clamp_min(0))  # (B, k) float64
         z = exact * scale  # (B, k) their exact logits
         m2 = m.double()[:, None]  # (B, 1) the max x the sum is relative to
         m64 = m2 * LN_2  # (B, 1) in natural log units
@@ -229,85 +233,6 @@ class RunningSoftmax:
             matched=self.matched,
             output=output,
         )
-
-
-def _chunk_logits(
-    s: Tensor, q: Tensor, kc: Tensor, *, scale: float | None, kept: Tensor | None
-) -> None:
-    """s (B, W), W ≥ c: x = q kcᵀ (B, c), times `scale` unless q is scaled already, and −inf
-    past the keys; `kept` (B, c) receives the raw q kcᵀ (q unscaled then)."""
-    c = kc.shape[0]
-    x = raw_scores(q, kc, out=s[:, :c])  # (B, c) fp32
-    if scale is not None:
-        if kept is not None:
-            kept.copy_(x)
-        torch.mul(x, scale, out=s[:, :c])  # in place when x is s's own columns
-    elif x.data_ptr() != s.data_ptr():
-        s[:, :c] = x
-    if s.shape[1] > c:
-        s[:, c:] = -math.inf  # the last block's columns past the keys
-
-
-def _exact_scores(q: Tensor, keys: Tensor, idx: Tensor) -> Tensor:
-    """q·k in float64 (B, k) for the keys idx (B, k): float32 products are exact in float64."""
-    if keys.device.type == "cpu" and keys.dtype == torch.float32 and idx.numel() <= _NUMPY_ROWS:
-        # numpy gathers and sums on the calling thread. torch's index and float64 product each
-        # woke a second OpenMP thread under OMP_WAIT_POLICY=PASSIVE (80-90 µs apiece, most of
-        # a small search's `attend`) for a few thousand elements.
-        rows = keys.numpy()[idx.numpy()]  # (B, k, d) float32
-        q64 = q.numpy().astype(np.float64)  # (B, d)
-        return torch.from_numpy(np.einsum("bd,bkd->bk", q64, rows, dtype=np.float64))
-    return torch.einsum("bd,bkd->bk", q.double(), keys[idx].double())
-
-
-def _chunk_candidates(s: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Entries of s (B, c), c a whole number of BLOCKs, among which are each row's k largest:
-    (values, columns) (B, k'); and each row's max (B,) and its column (B, 1).
-
-    The k blocks with the largest maxima hold every top-k entry (a block outside them has k
-    blocks above it, each holding an entry above every entry of its own), so a pass of block
-    maxima and a gather of k·BLOCK candidates replace a top-k over all c columns: 4x faster at
-    (256, 65536) here.
-    """
-    B, c = s.shape
-    if c <= 4 * k * BLOCK:
-        values, cols = s.topk(min(k, c), dim=-1)  # (B, k') descending
-        return values, cols, values[:, 0], cols[:, :1]
-    block_max = s.view(B, c // BLOCK, BLOCK).amax(-1)  # (B, c / BLOCK)
-    top_max, blocks = block_max.topk(k, dim=-1)  # (B, k) descending
-    cols = (blocks[:, :, None] * BLOCK + _block_cols(s.device)).view(B, k * BLOCK)  # (B, kW)
-    values = s.gather(1, cols)  # (B, kW); the first BLOCK are the block holding the max
-    arg = cols.gather(1, values[:, :BLOCK].argmax(dim=-1, keepdim=True))  # (B, 1)
-    return values, cols, top_max[:, 0], arg
-
-
-def _whole_blocks(c: int) -> int:
-    return -(-c // BLOCK) * BLOCK
-
-
-_block_cols_on: dict[torch.device, Tensor] = {}
-
-
-def _block_cols(device: torch.device) -> Tensor:
-    """arange(BLOCK) on `device`, made once."""
-    if device not in _block_cols_on:
-        _block_cols_on[device] = torch.arange(BLOCK, device=device)
-    return _block_cols_on[device]
-
-
-_workspace = threading.local()
-
-
-def _logits_buffer(B: int, width: int, device: torch.device) -> Tensor:  # noqa: N803
-    """(B, width) fp32; on the CPU the calling thread's buffer from its last call: a fresh one
-    per call costs a page fault per 4 KiB (22 ms for 64 MiB here, a quarter of the product)."""
-    n = B * width
-    if device.type != "cpu" or n > _REUSE_MAX:
-        return torch.empty(B, width, device=device)
-    buf: Tensor | None = getattr(_workspace, "logits", None)
-    if buf is None or buf.numel() < n:
-        buf = _workspace.logits = torch.empty(n)
-    return buf[:n].view(B, width)
 
 
 def _check(
@@ -339,18 +264,3 @@ def _check(
                 f"mask must be (N,) or (B, N), got {tuple(mask.shape)} for N={N}, B={B}"
             )
     return scale, mask
-
-
-def raw_scores(q: Tensor, kc: Tensor, *, out: Tensor | None = None) -> Tensor:
-    """q kcᵀ (B, C) in float32 for keys of any dtype, into `out` (fp32) where the device
-    allows."""
-    q = q.to(kc.dtype)
-    if kc.dtype == torch.float32:
-        if kc.device.type == "cpu":
-            return cpu_blas.matmul(q, kc.T, out=out)  # the faster BLAS of this CPU
-        return torch.mm(q, kc.T, out=out) if out is not None else q @ kc.T
-    if kc.is_cuda:
-        # half-precision keys stream at half the bytes; cuBLAS accumulates in fp32 and writes
-        # fp32, so the scores are not rounded to fp16
-        return torch.mm(q, kc.T, out_dtype=torch.float32)
-    return (q @ kc.T).float()  # half keys on the CPU: correct, slow (no fast fp16 matmul here)

@@ -7,7 +7,9 @@ mixture needs from its dense heads, behind `DenseHeads`:
     sweep(...)    one chunked pass: the candidates' scores and the mixture's entropy
 
 `LocalDenseHeads` answers them over keys in this process (all of the catalog, or one shard's
-rows); `models.shard_merge.ShardedDenseHeads` asks shards and merges their answers exactly.
+rows); a cluster's router (service/cluster/shards/router.py `ShardedDenseHeads`) asks shards and
+merges their answers exactly (models/shard_merge.py). The mixture (models/mixture.py) never
+calls them: it yields what it needs, and the engine asks them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from models.attention import Attention, attend, chunk_for, raw_scores
+from models.attention import Attention, attend, chunk_for
+from models.attention_chunks import raw_scores
 
 # A head's raw scores (B, N) are kept from its `attend` call for the entropy sweep when they take
 # at most 16 MiB: the sweep then reads no keys. A search on the shared catalog, B = 1, saves two

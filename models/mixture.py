@@ -14,20 +14,24 @@ heads rerun, until k' covers the catalog. With k' = 4k this almost always ends i
 
 The dense heads' work is three operations on their keys, behind `models.heads.DenseHeads`: each
 head's top k' with its log-sum-exp, the raw scores of given rows, and one chunked pass that gives
-the candidates' scores and the mixture's entropy; in this process (`LocalDenseHeads`) or on
-shards (`models.shard_merge.ShardedDenseHeads`). `mix_topk` is the threshold loop over either.
+the candidates' scores and the mixture's entropy; in this process (`LocalDenseHeads`) or on a
+cluster's shards (service/cluster/shards/). `mix_topk` is the threshold loop without its I/O: a
+generator that yields what it needs of the dense heads (`TopAsk`, `ScoresAsk`, `SweepAsk`) and is
+sent the answers, so this module never calls the code that holds the keys, wherever that is; the
+caller answers each ask (service/engine/ranking.py `run_mixture`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor
 
-from models.heads import DenseHeads, ScoredHead, TopLists
+from models.heads import ScoredHead, TopLists
 
 
 @dataclass(frozen=True)
@@ -50,29 +54,57 @@ class Mixture:
 TIE_MARGIN = 1e-6
 
 
+@dataclass(frozen=True)
+class TopAsk:
+    """Ask the dense heads for each head's top k rows and its log-sum-exp
+    (`DenseHeads.top(k)` → (TopLists, (B, Hd) float64))."""
+
+    k: int
+
+
+@dataclass(frozen=True)
+class ScoresAsk:
+    """Ask for the raw scores of the candidates (`DenseHeads.scores(cand)` → (B, C, Hd))."""
+
+    cand: Tensor  # (B, C) rows, −1 padded
+
+
+@dataclass(frozen=True)
+class SweepAsk:
+    """Ask for one pass over every row (`DenseHeads.sweep(...)` → the candidates' scores
+    (B, C, Hd) and the entropy (B,))."""
+
+    pi: Tensor  # (B, H)
+    lse: Tensor  # (B, H)
+    cand: Tensor  # (B, C)
+    scored: Sequence[ScoredHead]
+
+
+Ask = TopAsk | ScoresAsk | SweepAsk
+Answer = tuple[TopLists, Tensor] | Tensor | tuple[Tensor, Tensor]
+MixSteps = Generator[Ask, Answer, "Mixture"]
+
+
 def mix_topk(
-    dense: DenseHeads,
+    scales: Sequence[float],
+    size: int,
     scored: Sequence[ScoredHead],
     pi: Tensor,
     *,
     k: int,
     mask: Tensor | None = None,
     entropy: bool = False,
-) -> Mixture:
+) -> MixSteps:
     """The exact top-k books of Σ_h π_h softmax_h, π (B, Hd + Hs) with rows summing to 1: the
-    dense heads behind `dense` (in this process or on shards) first, then the scored heads.
+    dense heads (one scale each, over `size` rows) first, then the scored heads. A generator: it
+    yields what it needs of the dense heads and is sent each answer; it returns the `Mixture`.
 
-    `mask` is the one `dense` applies, over the whole catalog: the scored heads, the candidates
-    and the matched counts need it here too.
+    `mask` is the one the dense heads apply, over the whole catalog: the scored heads, the
+    candidates and the matched counts need it here too.
     """
+    _check_heads(scales, size, scored, pi)
     B, H = pi.shape
-    Hd = len(dense.scales)
-    if Hd + len(scored) != H:
-        raise ValueError(f"π has {H} columns for {Hd} dense and {len(scored)} scored heads")
-    N = dense.size
-    if any(head.scores.shape[1] != N for head in scored):
-        sizes = sorted({N, *(head.scores.shape[1] for head in scored)})
-        raise ValueError(f"heads disagree on the catalog size: {sizes}")
+    Hd, N = len(scales), size
     pi = pi.double().cpu()
     mask = None if mask is None else mask.to(dtype=torch.bool)
     kk = min(N, max(4 * k, k + 16))
@@ -80,7 +112,10 @@ def mix_topk(
     ent = None
     while True:
         rounds += 1
-        top, lse = dense.top(kk) if Hd else ([], torch.empty(B, 0, dtype=torch.float64))
+        top: TopLists = []
+        lse = torch.empty(B, 0, dtype=torch.float64)
+        if Hd:
+            top, lse = cast(tuple[TopLists, Tensor], (yield TopAsk(kk)))
         if scored:
             top_s, lse_s = _scored_top(scored, k=kk, mask=mask)
             top, lse = top + top_s, torch.cat([lse, lse_s], dim=1)
@@ -88,17 +123,17 @@ def mix_topk(
         if entropy and ent is None:
             # one more pass over the keys, which the entropy needs anyway, also yields the
             # candidates' scores: cheaper than gathering their scattered keys
-            scores, ent = dense.sweep(pi, lse, cand, scored)
+            scores, ent = cast(tuple[Tensor, Tensor], (yield SweepAsk(pi, lse, cand, scored)))
             # −Σ w log w ≥ 0, but a mixture peaked on one book has w ≈ 1 + ε there, which
             # rounds it to −ε (−2e-6 seen): a negative entropy is rounding, and is 0
             ent = ent.clamp_min(0.0)
         elif Hd:
-            scores = dense.scores(cand)
+            scores = cast(Tensor, (yield ScoresAsk(cand)))
         else:
             scores = torch.empty(B, cand.shape[1], 0, dtype=torch.float64)
         scores = _with_scored(scores, scored, cand)  # (B, C, H)
         _exact_in_lists(scores, cand, top[:Hd])
-        logp = _candidate_logp([*dense.scales, *(h.scale for h in scored)], scores, cand, lse, mask)
+        logp = _candidate_logp([*scales, *(h.scale for h in scored)], scores, cand, lse, mask)
         probs = logp.exp()
         w = (probs * pi[:, None, :]).sum(-1)  # (B, C)
         w = torch.where(cand >= 0, w, -1.0)
@@ -134,6 +169,18 @@ def mix_topk(
         entropy=ent,
         rounds=rounds,
     )
+
+
+def _check_heads(
+    scales: Sequence[float], size: int, scored: Sequence[ScoredHead], pi: Tensor
+) -> None:
+    """Raise ValueError unless π has a column per head and every scored head `size` rows."""
+    Hd, H = len(scales), pi.shape[1]
+    if Hd + len(scored) != H:
+        raise ValueError(f"π has {H} columns for {Hd} dense and {len(scored)} scored heads")
+    if any(head.scores.shape[1] != size for head in scored):
+        sizes = sorted({size, *(head.scores.shape[1] for head in scored)})
+        raise ValueError(f"heads disagree on the catalog size: {sizes}")
 
 
 def _top_by_row(w: Tensor, k: int) -> Tensor:

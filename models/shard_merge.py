@@ -17,8 +17,9 @@ and the merge is exact, not an approximation:
 A fully masked shard has lse_s = −inf and contributes nothing. Log-sum-exps travel in float64:
 rounded to float32 (≈ 2e-6 at lse ≈ 30) they would cost the weights their 1e-6 agreement.
 
-A mixture of heads (models/mixture.py) merges the same way, head by head: `ShardedDenseHeads`
-answers the three dense-head operations from the shards. Each dense head's top k' and
+A mixture of heads (models/mixture.py) merges the same way, head by head: a cluster's router
+(service/cluster/shards/router.py `ShardedDenseHeads`) answers the three dense-head operations
+from its shards with these merges. Each dense head's top k' and
 log-sum-exp is the merge above; a candidate's score comes from the one shard holding its row; and
 the entropy −Σ_i w_i log w_i splits over rows, so once every shard has the global lse_h of every
 head (and π), each computes its rows' part exactly and the parts add up:
@@ -33,15 +34,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Protocol, TypeVar
 
 import torch
 from torch import Tensor
 
 from models.attention import Attention
-from models.heads import ScoredHead, TopLists
-
-T_co = TypeVar("T_co", covariant=True)
+from models.heads import ScoredHead
 
 
 @dataclass(frozen=True)
@@ -146,12 +144,6 @@ def split(n: int, shards: int) -> list[tuple[int, int]]:
     return list(pairwise(bounds))
 
 
-class Reply(Protocol[T_co]):
-    """A request on its way to a shard: `result()` waits for the answer (a `Future` is one)."""
-
-    def result(self) -> T_co: ...
-
-
 @dataclass(frozen=True)
 class SparseScores:
     """A scored head's scores on one shard's rows, for that shard's part of the sweep, sent
@@ -180,71 +172,3 @@ class SparseScores:
         scores = self.fill[:, None].repeat(1, self.size)  # (B, n)
         scores[self.at[0], self.at[1]] = self.values
         return ScoredHead(scores, self.scale)
-
-
-class DenseShard(Protocol):
-    """One shard's dense heads for one batch of queries: rows [start, stop) of the catalog, its
-    own mask (from the filters). Each call sends its request and returns without waiting, so the
-    router has every shard working at once."""
-
-    @property
-    def start(self) -> int: ...
-
-    @property
-    def stop(self) -> int: ...
-
-    def top(self, k: int) -> Reply[list[ShardAnswer]]:
-        """Per dense head, the shard's top k (`ShardAnswer`, global rows)."""
-        ...
-
-    def scores(self, cand: Tensor) -> Reply[Tensor]:
-        """Raw scores (B, C, Hd) float64 of the candidates (global rows) in this shard, 0 for
-        the others."""
-        ...
-
-    def sweep(
-        self, pi: Tensor, lse: Tensor, cand: Tensor, scored: list[SparseScores]
-    ) -> Reply[tuple[Tensor, Tensor]]:
-        """`models.mixture.LocalDenseHeads.sweep` over the shard's rows: its candidates' scores
-        (0 for the others) and its part of the entropy, with the global lse and π."""
-        ...
-
-
-class ShardedDenseHeads:
-    """`models.mixture.DenseHeads` answered by shards that tile the catalog's rows: each of the
-    three operations is one round trip to every shard at once, merged exactly (module
-    docstring)."""
-
-    def __init__(self, shards: Sequence[DenseShard], *, scales: Sequence[float], size: int):
-        check_tiling([(s.start, s.stop) for s in shards], size)
-        self.shards = list(shards)
-        self.scales = list(scales)
-        self.size = size
-
-    def top(self, k: int) -> tuple[TopLists, Tensor]:
-        replies = [s.top(k) for s in self.shards]
-        answers = [r.result() for r in replies]  # [shard][head]
-        top: TopLists = []
-        lse = []
-        for h in range(len(self.scales)):
-            att = merge([a[h] for a in answers], k=k)
-            top.append((att.indices, att.weights.double(), att.scores.double()))
-            lse.append(att.logsumexp.double())
-        return top, torch.stack(lse, dim=1)  # (B, Hd)
-
-    def scores(self, cand: Tensor) -> Tensor:
-        replies = [s.scores(cand) for s in self.shards]
-        # each candidate is scored by its own shard, 0 elsewhere: the sum is that score exactly
-        return torch.stack([r.result() for r in replies]).sum(0)
-
-    def sweep(
-        self, pi: Tensor, lse: Tensor, cand: Tensor, scored: Sequence[ScoredHead]
-    ) -> tuple[Tensor, Tensor]:
-        replies = [
-            s.sweep(pi, lse, cand, [SparseScores.of(h, s.start, s.stop) for h in scored])
-            for s in self.shards
-        ]
-        parts = [r.result() for r in replies]
-        scores = torch.stack([p[0] for p in parts]).sum(0)  # (B, C, Hd)
-        entropy = torch.stack([p[1] for p in parts]).sum(0)  # (B,) the shards' parts
-        return scores, entropy

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 
 from models import cpu_blas
 from models.attention import (
-    BLOCK,
     CUDA_SCORES_BUDGET,
     SCORES_BUDGET,
     Attention,
@@ -20,6 +19,7 @@ from models.attention import (
     chunk_for,
     reference_attention,
 )
+from models.attention_chunks import BLOCK
 from models.device import pick_device
 
 
@@ -422,7 +422,7 @@ def test_keys_stored_transposed_give_the_same_answer() -> None:
     ("B", "N", "chunk"), [(4, 20_000, None), (2, 9_001, 3_000), (64, 3_000, None)]
 )
 def test_block_maxima_find_the_same_top_k(B: int, N: int, chunk: int | None) -> None:
-    """Chunks wide enough for the block-max top-k (models/attention.py, _chunk_candidates),
+    """Chunks wide enough for the block-max top-k (models/attention_chunks.py, chunk_candidates),
     ragged last blocks included, and duplicated keys, so that blocks tie on their maxima: the
     same top-k weights and scores as float64."""
     q = unit(B, 32, seed=41)

@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from conftest import FakeEncoder, index_books
+from indexer.filters import Filters
 from service.api.main import create_app
-from service.engine.filters import Filters
 from service.engine.searcher import Searcher, SearchOptions
 from service.engine.startup import build_searcher
 from service.settings import ServiceSettings

@@ -1,5 +1,6 @@
-"""The exact mixture top-k (`mix_topk`, as the search runs it: dense heads in this process,
-scored heads beside them) against a brute-force (B, N) computation in float64."""
+"""The exact mixture top-k (`mix_topk`, its asks answered by `run_mixture` as the search runs
+it: dense heads in this process, scored heads beside them) against a brute-force (B, N)
+computation in float64."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 import models.heads
 from models.heads import DenseHead, LocalDenseHeads, ScoredHead
 from models.mixture import Mixture, mix_topk
+from service.engine.ranking import run_mixture
 
 
 def _unit(n: int, d: int, seed: int) -> torch.Tensor:
@@ -47,7 +49,8 @@ def _mix(
     assert heads == [*dense, *scored]
     N = dense[0].keys.shape[0] if dense else scored[0].scores.shape[1]
     local = LocalDenseHeads(dense, size=N, mask=mask, chunk_size=chunk_size)
-    return mix_topk(local, scored, pi, k=k, mask=mask, entropy=entropy)
+    steps = mix_topk(local.scales, N, scored, pi, k=k, mask=mask, entropy=entropy)
+    return run_mixture(local, steps)
 
 
 @pytest.mark.parametrize("use_mask", [False, True])

@@ -23,10 +23,10 @@ import torch
 from conftest import FakeEncoder
 from indexer import loaded_index
 from indexer.book_columns import BookColumns
-from service.cluster.router import sharded_index
-from service.cluster.shard import LocalShard, Shard
+from indexer.filters import Filters
+from service.cluster.shards.router import ShardedKeys
+from service.cluster.shards.shard import LocalShard, Shard
 from service.engine.batching import Ticket
-from service.engine.filters import Filters
 from service.engine.results import SearchResult
 from service.engine.searcher import Searcher, SearchOptions
 from service.engine.served_index import ServedIndex
@@ -130,7 +130,7 @@ REQUESTS = [
 
 
 def oracle_mask(books: BookColumns, f: Filters) -> np.ndarray:
-    """(N,) bool: what the filters keep, as documented (service/engine/filters.py)."""
+    """(N,) bool: what the filters keep, as documented (indexer/filters.py)."""
     keep = np.ones(len(books), dtype=bool)
     for i in range(len(books)):
         year, lang = books.years[i], books.languages[i]
@@ -209,7 +209,7 @@ def served(kind: str, index: loaded_index.LoadedIndex, descriptions: list[str]) 
         LocalShard(Shard(index, shard=s, shards=shards, device="cpu", chunk_size=64))
         for s in range(shards)
     ]
-    return sharded_index(index, clients, descriptions=descriptions)
+    return ServedIndex(index, ShardedKeys.of(index, clients), descriptions=descriptions)
 
 
 @pytest.fixture(params=["one-process", "2-shards", "3-shards"])

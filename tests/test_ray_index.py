@@ -17,10 +17,10 @@ from sqlalchemy.orm import Session
 
 from indexer import db, loaded_index, pipeline
 from indexer.data import DEMO_CATALOG
+from indexer.filters import Filters
 from indexer.settings import IndexSettings
 from models.encoder import SentenceTransformerEncoder
 from service.cli_parser import build_parser
-from service.engine.filters import Filters
 from service.engine.query_ranking import rank_queries
 from service.engine.served_index import ServedIndex
 from service.settings import ServiceSettings

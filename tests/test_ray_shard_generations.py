@@ -14,14 +14,15 @@ from sqlalchemy import Engine
 from conftest import FakeEncoder, write_jsonl
 from indexer import pipeline
 from indexer.data import DEMO_CATALOG
+from indexer.filters import Filters
 from indexer.settings import IndexSettings
-from service.engine.filters import Filters
 from service.settings import ServiceSettings
 
 pytest.importorskip("ray", reason="the ray engine is an extra: pip install 'attend[ray]'")
 
-from service.cluster.deployments import ShardDeployment
-from service.cluster.shard import ShardQuery
+from service.cluster.ray_serve import shard_config
+from service.cluster.shards.deployments import ShardDeployment
+from service.cluster.shards.shard import ShardQuery
 
 
 def _index(engine: Engine, path: Path) -> None:
@@ -36,7 +37,7 @@ def test_shard_holds_generations_side_by_side(engine: Engine, tmp_path: Path) ->
     settings = ServiceSettings(
         database_url=url, device="cpu", model=FakeEncoder.name, generation_poll_s=0
     )
-    shard = ShardDeployment.func_or_class(settings, 1, 2)  # type: ignore[attr-defined]
+    shard = ShardDeployment.func_or_class(shard_config(settings), 1, 2)  # type: ignore[attr-defined]
     try:
         (g1,) = asyncio.run(shard.describe())
         assert asyncio.run(shard.describe()) == {g1: (10, 20, 20)}

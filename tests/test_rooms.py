@@ -1,8 +1,10 @@
 """The path of a request (a search, similar books, a recommendation, an explanation, a book by
-id) through the rooms of the code: the API, then the engine, then the indexer's columns and
-models, and back, never calling into a room it came from. Every Python call of the request, in
-every thread (the route's, the searcher's worker), is recorded with a profiler, on a real index.
-And each request is answered from the generation it started on, whatever swaps meanwhile."""
+id) through the rooms of the code: the API, then the engine, then (on a cluster) the shards
+holding the keys, then the indexer's columns and models, and back, never calling into a room it
+came from. Every Python call of the request, in every thread (the route's, the searcher's
+worker), is recorded with a profiler, on a real index, with the keys in this process and with
+them on shards: the router's code of `--engine ray` over in-process shards (`LocalShard`), and
+over shards on a real local Ray Serve (`RayShard`, whose shards answer in their own processes)."""
 
 from __future__ import annotations
 
@@ -15,15 +17,29 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from httpx import Response
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from conftest import FakeEncoder, index_books
+from indexer import loaded_index, store
+from indexer.db import create_db_engine
 from service.api.main import create_app
+from service.cluster.shards.router import ShardedKeys
+from service.cluster.shards.shard import LocalShard, Shard
+from service.engine.searcher import Searcher
+from service.engine.served_index import ServedIndex
 from service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 # a room's rank: calls may only go to a room of a higher rank (or stay in their own)
-ROOMS = {"service/api": 0, "service/engine": 1, "indexer": 2, "models": 3}
+ROOMS = {
+    "service/api": 0,
+    "service/engine": 1,
+    "service/cluster/shards": 2,
+    "indexer": 3,
+    "models": 4,
+}
 BOOKS = [
     {"id": f"b{i}", "title": f"Book {i}", "description": f"a tale of {w}", "authors": ["A"]}
     for i, w in enumerate(["wizards", "the sea", "deserts", "wizards at sea", "gardens"] * 4)
@@ -51,6 +67,10 @@ class CallRecorder:
         self.crossings: list[tuple[str, str, str]] = []  # caller room, callee room, callee
         self.visited: dict[int, list[str]] = {}  # per thread: rooms in the order first entered
         self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.crossings, self.visited = [], {}
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
         if not self.recording or event != "call":
@@ -88,19 +108,42 @@ REQUESTS = {
 }
 
 
-@pytest.mark.parametrize("kind", list(REQUESTS))
-def test_a_request_goes_down_through_the_rooms_and_back(
-    engine: Engine, tmp_path: Path, recorder: CallRecorder, kind: str
-) -> None:
-    url = index_books(engine, tmp_path, BOOKS)
-    settings = ServiceSettings(database_url=url, device="cpu", generation_poll_s=0)
+class InProcessShards:
+    """`--engine ray`'s index source but for the transport: the router's index (books, BM25)
+    over 2 shards of the keys that answer in this process (`LocalShard`); no watcher."""
+
+    def load(self, *, session: Session, model: str) -> ServedIndex:
+        index = loaded_index.load_index(session=session, model=model)
+        clients = [LocalShard(Shard(index, shard=s, shards=2, device="cpu")) for s in range(2)]
+        ids, g = index.ids, index.generation
+        return ServedIndex(
+            index,
+            ShardedKeys.of(index, clients),
+            descriptions=store.book_descriptions(session=session, book_ids=ids, generation=g),
+            subjects=store.book_subjects(session=session, book_ids=ids, generation=g),
+        )
+
+    def follow(self, *, engine: Engine, searcher: Searcher) -> None:
+        return None
+
+
+def _walk(client: TestClient, recorder: CallRecorder, kind: str) -> tuple[Response, int]:
+    """The request `kind` once to warm up (caches, lazy imports), then once recorded; its
+    response and the searcher's worker thread."""
     method, path, kwargs = REQUESTS[kind]
-    with TestClient(create_app(settings, encoder=FakeEncoder())) as client:
-        client.request(method, path, **kwargs)  # warm: caches, lazy imports
-        recorder.recording = True
-        response = client.request(method, path, **kwargs)
-        recorder.recording = False
-        (worker,) = [t.ident for t in threading.enumerate() if t.name == "attend-searcher"]
+    client.request(method, path, **kwargs)
+    recorder.reset()
+    recorder.recording = True
+    response = client.request(method, path, **kwargs)
+    recorder.recording = False
+    (worker,) = [t.ident for t in threading.enumerate() if t.name == "attend-searcher"]
+    assert worker is not None
+    return response, worker
+
+
+def _assert_down_and_back(
+    recorder: CallRecorder, kind: str, response: Response, worker: int, *, sharded: bool
+) -> None:
     assert response.status_code == 200 and response.json(), response.text
     # the request's thread enters the API, then the engine; the searcher's worker thread (and
     # on PostgreSQL the generation listener's) starts in the engine
@@ -111,8 +154,58 @@ def test_a_request_goes_down_through_the_rooms_and_back(
     assert {"indexer", "models"} <= {room for r in recorder.visited.values() for room in r}
     upward = [c for c in recorder.crossings if ROOMS[c[1]] < ROOMS[c[0]]]
     assert not upward, upward  # e.g. the engine calling back into the API, models into the engine
-    assert ("service/api", "service/engine") in {c[:2] for c in recorder.crossings}
+    crossed = {c[:2] for c in recorder.crossings}
+    assert ("service/api", "service/engine") in crossed
     if kind != "book":  # a book by id is a database read: the indexer's store, no model
-        assert ("service/engine", "models") in {c[:2] for c in recorder.crossings}
+        assert ("service/engine", "models") in crossed
         # the torch work ran on the searcher's one worker, not in a thread of the API's
         assert "models" in recorder.visited.get(worker, []), recorder.visited
+    if kind in {"search", "similar", "recommend"}:  # they ask the keys: the shards', if sharded
+        assert (("service/engine", "service/cluster/shards") in crossed) == sharded, crossed
+        if sharded:  # the shards answer with the models' merges, and call nothing above them
+            assert ("service/cluster/shards", "models") in crossed
+
+
+@pytest.mark.parametrize("keys", ["local", "shards"])
+@pytest.mark.parametrize("kind", list(REQUESTS))
+def test_a_request_goes_down_through_the_rooms_and_back(
+    engine: Engine, tmp_path: Path, recorder: CallRecorder, kind: str, keys: str
+) -> None:
+    url = index_books(engine, tmp_path, BOOKS)
+    settings = ServiceSettings(database_url=url, device="cpu", generation_poll_s=0)
+    source = InProcessShards() if keys == "shards" else None
+    with TestClient(create_app(settings, encoder=FakeEncoder(), source=source)) as client:
+        response, worker = _walk(client, recorder, kind)
+    _assert_down_and_back(recorder, kind, response, worker, sharded=keys == "shards")
+
+
+def test_requests_on_ray_go_down_through_the_rooms_and_back(
+    tmp_path: Path, recorder: CallRecorder
+) -> None:
+    """`--engine ray`: the router's app (this process) over 2 shards on a local Ray Serve, as
+    `attend serve --engine ray` composes them (service/cluster/ray_serve.py) but for the HTTP
+    server. The shards answer in their replicas' processes, so what is recorded is the router's
+    walk: API, engine, the shards' clients (`RayShard`), models' merges."""
+    pytest.importorskip("ray", reason="the ray engine is an extra: pip install 'attend[ray]'")
+    import ray
+    from ray import serve
+
+    from service.cluster.ray_serve import APP_NAME, ShardedSource, build_app
+
+    url = index_books(create_db_engine(f"sqlite:///{tmp_path / 'ray.db'}"), tmp_path, BOOKS)
+    settings = ServiceSettings(
+        database_url=url, device="cpu", generation_poll_s=0, model=FakeEncoder.name, shards=2
+    )
+    ray.init(num_cpus=3, include_dashboard=False)
+    try:
+        serve.start(proxy_location="Disabled")
+        serve.run(build_app(settings), name=APP_NAME, route_prefix=None)
+        handles = [serve.get_deployment_handle(f"shard-{i}", app_name=APP_NAME) for i in (0, 1)]
+        source = ShardedSource(settings, handles)
+        with TestClient(create_app(settings, encoder=FakeEncoder(), source=source)) as client:
+            for kind in REQUESTS:
+                response, worker = _walk(client, recorder, kind)
+                _assert_down_and_back(recorder, kind, response, worker, sharded=True)
+    finally:
+        serve.shutdown()  # type: ignore[no-untyped-call]
+        ray.shutdown()

@@ -17,16 +17,16 @@ from sqlalchemy.orm import Session
 from indexer import db, loaded_index, pipeline, store
 from indexer.book_columns import BookColumns
 from indexer.data import DEMO_CATALOG
+from indexer.filters import Filters
 from indexer.settings import IndexSettings
 from models.attention import Attention, attend
 from models.encoder import SentenceTransformerEncoder
 from models.heads import ScoredHead
 from models.shard_merge import ShardAnswer, SparseScores, merge, split
 from service.api.search_schemas import PageAndFilters
-from service.cluster.router import sharded_index
-from service.cluster.shard import LocalShard, Shard, ShardQuery, ShardSweep
+from service.cluster.shards.router import ShardedKeys
+from service.cluster.shards.shard import LocalShard, Shard, ShardQuery, ShardSweep
 from service.engine import book_ranking
-from service.engine.filters import Filters
 from service.engine.head_weights import BookHeads, parse_heads
 from service.engine.query_ranking import Hit, Ranking, rank_queries
 from service.engine.searcher import Searcher
@@ -191,7 +191,9 @@ def test_a_sharded_index_ranks_like_the_served_index(
         clients = [
             LocalShard(Shard(index, shard=s, shards=shards, device="cpu")) for s in range(shards)
         ]
-        got = rank_queries(sharded_index(index, clients), q, QUERIES, filters=filters, **args)
+        got = rank_queries(
+            ServedIndex(index, ShardedKeys.of(index, clients)), q, QUERIES, filters=filters, **args
+        )
         assert [r.matched for r in got] == [r.matched for r in want]
         assert want[3].matched == 0 and got[3].hits == []
         for g, w in zip(got, want, strict=True):
@@ -228,7 +230,7 @@ def test_a_shard_with_no_rows_adds_nothing_to_a_mixture(index: loaded_index.Load
 def test_shards_must_tile_the_catalog(index: loaded_index.LoadedIndex) -> None:
     shard = LocalShard(Shard(index, shard=0, shards=2, device="cpu"))
     with pytest.raises(ValueError, match="do not tile"):
-        sharded_index(index, [shard])
+        ShardedKeys.of(index, [shard])
 
 
 def test_sparse_scores_rebuild_a_shards_slice() -> None:
@@ -260,7 +262,7 @@ def _router(catalog: tuple[loaded_index.LoadedIndex, list[str | None]], shards: 
     clients = [
         LocalShard(Shard(index, shard=s, shards=shards, device="cpu")) for s in range(shards)
     ]
-    return sharded_index(index, clients, descriptions=descriptions)
+    return ServedIndex(index, ShardedKeys.of(index, clients), descriptions=descriptions)
 
 
 @pytest.fixture(scope="module")

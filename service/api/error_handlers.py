@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from service.api.admission import BusyError, OverBudgetError
+from service.cluster.shards.shard import ShardsOutOfStepError
 from service.engine.exceptions import (
     BadCatalogRequestError,
     BookNotFoundError,
@@ -25,7 +26,6 @@ from service.engine.exceptions import (
     JobNotFoundError,
     JobRunningError,
     NotReadyError,
-    ShardsOutOfStepError,
 )
 
 logger = logging.getLogger(__name__)

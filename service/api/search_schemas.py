@@ -13,8 +13,8 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from starlette.responses import Response
 
 from indexer.book_columns import BookFields
+from indexer.filters import Filters
 from models.text import normalize_text
-from service.engine.filters import Filters
 from service.engine.head_weights import HEADS, MAX_HEADS_CHARS, parse_heads
 from service.engine.results import HeadsUsed, SearchResult
 from service.engine.searcher import SearchOptions

@@ -1,2 +1,3 @@
-"""Attend past one machine: shards, the router's keys on them, and the Ray Serve deployments.
-The only code that imports ray."""
+"""Attend past one machine: the shards holding the keys (`shards/`, below the engine) and the
+Ray Serve application that serves the API over them (`ray_serve.py`, above the API). The only
+code that imports ray."""

@@ -8,15 +8,17 @@
 
 Every shard replica loads its contiguous slice of the index from the database (every field's
 keys), and of each newly activated generation beside it, and answers the dense heads' operations
-for it (service/cluster/deployments.py), building masks from the filters itself. The router is
-the `attend serve` process itself, with a `ServedIndex` whose keys are the shards'
-(service/cluster/router.py): it holds the books and the whole catalog's BM25 index but no keys,
-and merges the shards' answers exactly (models/shard_merge.py), so a search is the
+for it (service/cluster/shards/deployments.py), building masks from the filters itself. The
+router is the `attend serve` process itself, with a `ServedIndex` whose keys are the shards'
+(service/cluster/shards/router.py): it holds the books and the whole catalog's BM25 index but
+no keys, and merges the shards' answers exactly (models/shard_merge.py), so a search is the
 single-process mixture of heads, and the HTTP server, its bounds, routes, errors and request
 batching are the single-process ones: Ray Serve runs the shards only, with no HTTP proxy of its
 own (which bounded no header, timed out no slow client and answered errors in plain text). Every
 shard call names the generation the router serves; the router switches to a new one only once
-every shard holds it, so no answer mixes two. Needs the extra: `pip install "attend[ray]"`.
+every shard holds it, so no answer mixes two. This module composes the application (above the
+API); what it composes over, the shards, sits below the engine, which asks them for keys and is
+never called back. Needs the extra: `pip install "attend[ray]"`.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from indexer.loaded_index import LoadedIndex
 from models.shard_merge import split
 from service.api import server
 from service.api.main import create_app
-from service.cluster.deployments import NO_INDEX, RayShard, ShardDeployment
-from service.cluster.router import sharded_index
+from service.cluster.shards.deployments import NO_INDEX, RayShard, ShardConfig, ShardDeployment
+from service.cluster.shards.router import ShardedKeys
 from service.engine.reloader import GenerationWatcher
 from service.engine.searcher import Searcher
 from service.engine.served_index import ServedIndex
@@ -106,9 +108,9 @@ class ShardedSource:
             shards.append(RayShard(handle, generation=g, name=f"shard-{i}", start=start, stop=stop))
         # the lexical head's BM25 is the router's, over the whole catalog (global IDF)
         ids, generation = index.ids, index.generation
-        return sharded_index(
+        return ServedIndex(
             index,
-            shards,
+            ShardedKeys.of(index, shards),
             descriptions=store.book_descriptions(
                 session=session, book_ids=ids, generation=generation
             ),
@@ -153,16 +155,29 @@ class ShardedSource:
         )
 
 
+def shard_config(settings: ServiceSettings) -> ShardConfig:
+    """What each shard replica is told of the settings."""
+    return ShardConfig(
+        database_url=settings.database_url,
+        model=settings.model,
+        device=settings.device,
+        key_dtype=settings.key_dtype,
+        chunk_size=settings.chunk_size,
+        generation_poll_s=settings.generation_poll_s,
+    )
+
+
 def build_app(settings: ServiceSettings, *, gpus: bool = False) -> serve.Application:
     """The deployment graph: `settings.shards` shard deployments of `settings.shard_replicas`
     replicas each (one GPU per replica when `gpus`), bound to an ingress that holds nothing."""
     shard_options: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1 if gpus else 0}
+    config = shard_config(settings)
     shards = [
         ShardDeployment.options(  # type: ignore[attr-defined]
             name=f"shard-{i}",
             num_replicas=settings.shard_replicas,
             ray_actor_options=shard_options,
-        ).bind(settings, i, settings.shards)
+        ).bind(config, i, settings.shards)
         for i in range(settings.shards)
     ]
     return Shards.options(ray_actor_options={"num_cpus": 0}).bind(shards)  # type: ignore[attr-defined, no-any-return]

@@ -28,7 +28,7 @@ weight.
 
 The exact top-k is `models.mixture.mix_topk`'s, over the keys wherever they are: the index's
 `KeyStore` brings the liked books' keys and attends with them, in this process or on the shards
-(service/cluster/router.py), as a search does.
+(service/cluster/shards/router.py), as a search does.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from indexer.filters import Filters
 from models.heads import ScoredHead
 from models.mixture import Mixture
 from service.engine.exceptions import BookNotFoundError
-from service.engine.filters import Filters
 from service.engine.head_weights import (
     AUTHOR,
     HEADS,

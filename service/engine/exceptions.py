@@ -34,10 +34,6 @@ class BadCatalogRequestError(ValueError):
     """A re-index request names no usable catalog."""
 
 
-class ShardsOutOfStepError(RuntimeError):
-    """A shard holds another version of the index than the router (a re-index in between)."""
-
-
 class ExplanationUnavailableError(RuntimeError):
     def __init__(self) -> None:
         super().__init__("this service's encoder gives no token embeddings to explain with")

@@ -13,7 +13,7 @@ head (chunked, with the filters as the mask) and recovers any candidate's p_h fr
 the head's log-sum-exp, taking more candidates per head until the threshold bound proves the
 mixture's top-k (see that module). The entropy of `weight` is a second chunked pass. The dense
 heads come from the index's `KeyStore`: the keys in this process, or, on the sharded router, the
-shards' answers merged exactly (service/cluster/router.py); the lexical head is computed here
+shards' answers merged exactly (service/cluster/shards/router.py); the lexical head is computed here
 either way.
 
 The author head is evidence of its own: a query that names an author of the catalog ("stephen
@@ -39,8 +39,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from indexer.filters import Filters
 from service.engine.catalog_names import NamedAuthor
-from service.engine.filters import Filters
 from service.engine.head_weights import AUTHOR, HEADS, LEXICAL, SCORED_HEADS
 from service.engine.mixing import hit_parts
 from service.engine.ranking import Component, rank

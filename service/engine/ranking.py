@@ -2,7 +2,9 @@
 mixture. A typed search (service/engine/query_ranking.py) and books as the query
 (service/engine/book_ranking.py) each say what their components are; this turns them into π
 (after the heads without evidence abstain: service/engine/mixing.py) and the exact top k
-(`models.mixture.mix_topk`, over the keys wherever they are).
+(`models.mixture.mix_topk`, over the keys wherever they are). `run_mixture` answers the
+mixture's asks from the dense heads: the engine calls down into the keys' holder (models, or a
+cluster's shards) and into the mixture, and neither calls up.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from models.heads import ScoredHead
-from models.mixture import Mixture, mix_topk
-from service.engine.filters import Filters
+from indexer.filters import Filters
+from models.heads import DenseHeads, ScoredHead
+from models.mixture import Answer, MixSteps, Mixture, ScoresAsk, SweepAsk, TopAsk, mix_topk
 from service.engine.mixing import Mixed
 from service.engine.served_index import ServedIndex
 
@@ -78,5 +80,21 @@ def rank(
         q, [(c.head, c.scale) for c in kept if c.dense], filters=filters, mask=mask
     )
     scored = [c.scored for c in kept if c.scored is not None]
-    mix = mix_topk(dense, scored, mixed.pi, k=k, mask=mask, entropy=entropy)
-    return Ranked(mixed, kept, mix)
+    steps = mix_topk(dense.scales, dense.size, scored, mixed.pi, k=k, mask=mask, entropy=entropy)
+    return Ranked(mixed, kept, run_mixture(dense, steps))
+
+
+def run_mixture(dense: DenseHeads, steps: MixSteps) -> Mixture:
+    """The mixture `steps` computes, each of its asks answered by `dense`."""
+    answer: Answer | None = None
+    try:
+        while True:
+            ask = steps.send(answer)  # type: ignore[arg-type]  # the first send is None
+            if isinstance(ask, TopAsk):
+                answer = dense.top(ask.k)
+            elif isinstance(ask, ScoresAsk):
+                answer = dense.scores(ask.cand)
+            elif isinstance(ask, SweepAsk):
+                answer = dense.sweep(ask.pi, ask.lse, ask.cand, ask.scored)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]

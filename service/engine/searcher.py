@@ -22,10 +22,10 @@ from typing import TypeVar
 
 import torch
 
+from indexer.filters import Filters
 from models.encoder import Encoder
 from service.engine.batching import Call, Slice, Ticket, WaitingLine
 from service.engine.exceptions import IndexEmptyError
-from service.engine.filters import Filters
 from service.engine.query_ranking import Ranking, rank_queries
 from service.engine.results import AuthorNamed, HeadsUsed, RankedBook, SearchResult
 from service.engine.served_index import RANK_FIELD, ServedIndex

@@ -4,8 +4,8 @@ keys and the filter columns of those rows, answering the dense heads' three oper
 
 Each shard builds its own masks from the filters, so a query travels as a `ShardQuery` (its
 vectors, dense heads and filters: bytes, never an (N,) mask). `LocalShard` answers in the calling
-thread (tests, benchmarks); service/cluster/deployments.py puts shards on Ray Serve. The router
-that asks them is service/cluster/router.py.
+thread (tests, benchmarks); service/cluster/shards/deployments.py puts shards on Ray Serve. The
+router that asks them is service/cluster/shards/router.py.
 """
 
 from __future__ import annotations
@@ -19,15 +19,26 @@ from typing import Protocol, TypeVar
 import torch
 from torch import Tensor
 
+from indexer.filters import FilterColumns, Filters
 from indexer.loaded_index import LoadedIndex
 from models.device import pick_device
-from models.shard_merge import Reply, ShardAnswer, SparseScores, split
-from service.engine.filters import FilterColumns, Filters
-from service.engine.served_index import LocalKeys
+from models.keys import LocalKeys
+from models.shard_merge import ShardAnswer, SparseScores, split
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class ShardsOutOfStepError(RuntimeError):
+    """A shard holds another version of the index than the router (a re-index in between)."""
+
+
+class Reply(Protocol[T_co]):
+    """A request on its way to a shard: `result()` waits for the answer (a `Future` is one)."""
+
+    def result(self) -> T_co: ...
 
 
 @dataclass(frozen=True)

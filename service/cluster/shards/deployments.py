@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
 from ray import serve
@@ -20,9 +21,7 @@ from torch import Tensor
 from indexer import loaded_index, store
 from indexer.db import create_db_engine
 from models.shard_merge import ShardAnswer
-from service.cluster.shard import Shard, ShardQuery, ShardSweep
-from service.engine.exceptions import ShardsOutOfStepError
-from service.settings import ServiceSettings
+from service.cluster.shards.shard import Shard, ShardQuery, ShardsOutOfStepError, ShardSweep
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +29,19 @@ T = TypeVar("T")
 
 NO_INDEX = 0  # the generation key of an empty database (generations count from 1)
 KEEP = 3  # generations a shard replica holds at most (the router drops older ones sooner)
+
+
+@dataclass(frozen=True)
+class ShardConfig:
+    """What a shard replica reads of the service's settings (`ATTEND_*`: the router fills it
+    from its `ServiceSettings`, service/cluster/ray_serve.py), and nothing else."""
+
+    database_url: str
+    model: str
+    device: str
+    key_dtype: str
+    chunk_size: int | None
+    generation_poll_s: float
 
 
 @serve.deployment
@@ -42,18 +54,18 @@ class ShardDeployment:
     each call for one generation. Not `service.engine.reloader.GenerationWatcher`: that swaps a
     searcher's one served index, where a shard keeps several and swaps nothing."""
 
-    def __init__(self, settings: ServiceSettings, shard: int, shards: int) -> None:
-        self.settings, self.shard, self.shards = settings, shard, shards
-        self.engine = create_db_engine(settings.database_url)
+    def __init__(self, config: ShardConfig, shard: int, shards: int) -> None:
+        self.config, self.shard, self.shards = config, shard, shards
+        self.engine = create_db_engine(config.database_url)
         self.held: dict[int, Shard] = {}  # by generation, in the order loaded
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.check()
-        if settings.generation_poll_s > 0:
+        if config.generation_poll_s > 0:
             threading.Thread(target=self._poll, name="attend-shard-gens", daemon=True).start()
 
     def _poll(self) -> None:
-        while not self._stop.wait(self.settings.generation_poll_s):
+        while not self._stop.wait(self.config.generation_poll_s):
             try:
                 self.check()
             except Exception:  # a database hiccup must not end the polling
@@ -66,16 +78,14 @@ class ShardDeployment:
             g = store.active_generation_id(session=session)
             if (g or NO_INDEX) in self.held:
                 return False
-            index = loaded_index.load_index(
-                session=session, model=self.settings.model, generation=g
-            )
+            index = loaded_index.load_index(session=session, model=self.config.model, generation=g)
         shard = Shard(
             index,
             shard=self.shard,
             shards=self.shards,
-            device=self.settings.device,
-            key_dtype=self.settings.key_dtype,
-            chunk_size=self.settings.chunk_size,
+            device=self.config.device,
+            key_dtype=self.config.key_dtype,
+            chunk_size=self.config.chunk_size,
         )
         with self._lock:
             self.held[g or NO_INDEX] = shard
