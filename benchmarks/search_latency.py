@@ -32,7 +32,7 @@ from indexer.data import DEMO_CATALOG
 from indexer.filters import Filters
 from indexer.settings import IndexSettings
 from service.engine.query_ranking import rank_queries
-from service.engine.startup import LocalIndexSource, build_encoder
+from service.engine.startup import LocalPlacement, build_encoder, load_served
 from service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +92,7 @@ def stage_latency(url: str, rounds: int) -> dict[str, float | str]:
     encoder = build_encoder(settings)
     engine = db.create_db_engine(url)
     with Session(engine) as session:
-        served = LocalIndexSource(settings).load(session=session, model=encoder.name)
+        served = load_served(LocalPlacement(settings), session, model=encoder.name)
     engine.dispose()
     heads, scales = settings.default_heads, settings.scales
     enc, rank = [], []

@@ -19,16 +19,13 @@ import pytest
 from fastapi.testclient import TestClient
 from httpx import Response
 from sqlalchemy import Engine
-from sqlalchemy.orm import Session
 
 from conftest import FakeEncoder, index_books
-from indexer import loaded_index, store
 from indexer.db import create_db_engine
+from indexer.loaded_index import LoadedIndex
 from service.api.main import create_app
 from service.cluster.shards.router import ShardedKeys
 from service.cluster.shards.shard import LocalShard, Shard
-from service.engine.searcher import Searcher
-from service.engine.served_index import ServedIndex
 from service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,21 +106,23 @@ REQUESTS = {
 
 
 class InProcessShards:
-    """`--engine ray`'s index source but for the transport: the router's index (books, BM25)
-    over 2 shards of the keys that answer in this process (`LocalShard`); no watcher."""
+    """`--engine ray`'s key placement but for the transport: each generation's keys on 2 shards
+    that answer in this process (`LocalShard`), under the router's index (books, BM25)."""
 
-    def load(self, *, session: Session, model: str) -> ServedIndex:
-        index = loaded_index.load_index(session=session, model=model)
-        clients = [LocalShard(Shard(index, shard=s, shards=2, device="cpu")) for s in range(2)]
-        ids, g = index.ids, index.generation
-        return ServedIndex(
-            index,
-            ShardedKeys.of(index, clients),
-            descriptions=store.book_descriptions(session=session, book_ids=ids, generation=g),
-            subjects=store.book_subjects(session=session, book_ids=ids, generation=g),
+    incremental = False
+
+    def first(self, active: int | None) -> int | None:
+        return active
+
+    def keys(self, index: LoadedIndex) -> ShardedKeys:
+        return ShardedKeys.of(
+            index, [LocalShard(Shard(index, shard=s, shards=2, device="cpu")) for s in (0, 1)]
         )
 
-    def follow(self, *, engine: Engine, searcher: Searcher) -> None:
+    def ready(self, generation: int) -> bool:
+        return True
+
+    def served(self, generation: int | None) -> None:
         return None
 
 
@@ -173,8 +172,8 @@ def test_a_request_goes_down_through_the_rooms_and_back(
 ) -> None:
     url = index_books(engine, tmp_path, BOOKS)
     settings = ServiceSettings(database_url=url, device="cpu", generation_poll_s=0)
-    source = InProcessShards() if keys == "shards" else None
-    with TestClient(create_app(settings, encoder=FakeEncoder(), source=source)) as client:
+    placement = InProcessShards() if keys == "shards" else None
+    with TestClient(create_app(settings, encoder=FakeEncoder(), placement=placement)) as client:
         response, worker = _walk(client, recorder, kind)
     _assert_down_and_back(recorder, kind, response, worker, sharded=keys == "shards")
 
@@ -190,7 +189,8 @@ def test_requests_on_ray_go_down_through_the_rooms_and_back(
     import ray
     from ray import serve
 
-    from service.cluster.ray_serve import APP_NAME, ShardedSource, build_app
+    from service.cluster.ray_serve import APP_NAME, build_app
+    from service.cluster.shards.placement import ShardPlacement
 
     url = index_books(create_db_engine(f"sqlite:///{tmp_path / 'ray.db'}"), tmp_path, BOOKS)
     settings = ServiceSettings(
@@ -201,8 +201,8 @@ def test_requests_on_ray_go_down_through_the_rooms_and_back(
         serve.start(proxy_location="Disabled")
         serve.run(build_app(settings), name=APP_NAME, route_prefix=None)
         handles = [serve.get_deployment_handle(f"shard-{i}", app_name=APP_NAME) for i in (0, 1)]
-        source = ShardedSource(settings, handles)
-        with TestClient(create_app(settings, encoder=FakeEncoder(), source=source)) as client:
+        placement = ShardPlacement(handles, replicas=1, poll_s=0)
+        with TestClient(create_app(settings, encoder=FakeEncoder(), placement=placement)) as client:
             for kind in REQUESTS:
                 response, worker = _walk(client, recorder, kind)
                 _assert_down_and_back(recorder, kind, response, worker, sharded=True)

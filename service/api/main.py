@@ -37,10 +37,11 @@ from service.engine.reindex_jobs import ReindexJobs
 from service.engine.reloader import freeze_long_lived, return_free_heap
 from service.engine.searcher import Searcher
 from service.engine.startup import (
-    IndexSource,
-    LocalIndexSource,
+    KeyPlacement,
+    LocalPlacement,
     build_encoder,
     build_searcher,
+    follow,
     index_settings,
 )
 from service.settings import ServiceSettings
@@ -126,13 +127,13 @@ def create_app(
     settings: ServiceSettings | None = None,
     *,
     encoder: Encoder | None = None,
-    source: IndexSource | None = None,
+    placement: KeyPlacement | None = None,
 ) -> FastAPI:
     """The app for `settings` (read from the environment when None). `encoder` replaces the
-    configured model, for tests; `source` the index in this process (the Ray Serve router
-    passes its sharded one)."""
+    configured model, for tests; `placement` where the keys are held: this process's device
+    unless given (the Ray Serve router gives its shards')."""
     settings = settings or ServiceSettings()
-    source = source or LocalIndexSource(settings)
+    placement = placement or LocalPlacement(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -141,13 +142,13 @@ def create_app(
             ensure_schema(engine, create_if_new=False)
             app.state.engine = engine
             model = encoder or build_encoder(settings)
-            searcher = build_searcher(settings, engine=engine, encoder=model, source=source)
-            watcher = source.follow(engine=engine, searcher=searcher)
+            searcher = build_searcher(settings, engine=engine, encoder=model, placement=placement)
+            watcher = follow(settings, placement, engine=engine, searcher=searcher)
             jobs = ReindexJobs(
                 settings=index_settings(settings),
                 engine=engine,
                 encoder=model,
-                on_success=watcher.check if watcher is not None else lambda: None,
+                on_success=watcher.check,
             )
             app.state.watcher, app.state.jobs = watcher, jobs
             # made here, in the event loop that awaits them

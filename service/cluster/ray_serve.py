@@ -10,15 +10,16 @@ Every shard replica loads its contiguous slice of the index from the database (e
 keys), and of each newly activated generation beside it, and answers the dense heads' operations
 for it (service/cluster/shards/deployments.py), building masks from the filters itself. The
 router is the `attend serve` process itself, with a `ServedIndex` whose keys are the shards'
-(service/cluster/shards/router.py): it holds the books and the whole catalog's BM25 index but
-no keys, and merges the shards' answers exactly (models/shard_merge.py), so a search is the
-single-process mixture of heads, and the HTTP server, its bounds, routes, errors and request
-batching are the single-process ones: Ray Serve runs the shards only, with no HTTP proxy of its
-own (which bounded no header, timed out no slow client and answered errors in plain text). Every
-shard call names the generation the router serves; the router switches to a new one only once
-every shard holds it, so no answer mixes two. This module composes the application (above the
-API); what it composes over, the shards, sits below the engine, which asks them for keys and is
-never called back. Needs the extra: `pip install "attend[ray]"`.
+(service/cluster/shards/placement.py places them, router.py asks them): it holds the books and
+the whole catalog's BM25 index but no keys, and merges the shards' answers exactly
+(models/shard_merge.py), so a search is the single-process mixture of heads, and the HTTP
+server, its bounds, routes, errors and request batching are the single-process ones: Ray Serve
+runs the shards only, with no HTTP proxy of its own (which bounded no header, timed out no slow
+client and answered errors in plain text). Every shard call names the generation the router
+serves; the router switches to a new one only once every shard holds it, so no answer mixes
+two. This module composes the application (above the API); what it composes over, the shards,
+sits below the engine, which asks them for keys and is never called back. Needs the extra:
+`pip install "attend[ray]"`.
 """
 
 from __future__ import annotations
@@ -26,35 +27,22 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
-from typing import Any, cast
+from typing import Any
 
 import ray
 from ray import serve
 from ray.serve.handle import DeploymentHandle
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session
 
-from indexer import loaded_index, store
-from indexer.db import SchemaError
-from indexer.loaded_index import LoadedIndex
-from models.shard_merge import split
 from service.api import server
 from service.api.main import create_app
-from service.cluster.shards.deployments import NO_INDEX, RayShard, ShardConfig, ShardDeployment
-from service.cluster.shards.router import ShardedKeys
-from service.engine.reloader import GenerationWatcher
-from service.engine.searcher import Searcher
-from service.engine.served_index import ServedIndex
+from service.cluster.shards.deployments import ShardConfig, ShardDeployment
+from service.cluster.shards.placement import ShardPlacement
 from service.settings import ServiceSettings
 
 logger = logging.getLogger(__name__)
 
 APP_NAME = "attend"
-
-
-Layout = dict[int, tuple[int, int, int]]  # a shard's describe(): generation → (start, stop, total)
 
 
 @serve.deployment
@@ -67,92 +55,6 @@ class Shards:
 
     def __call__(self) -> int:
         return self.count
-
-
-class ShardedSource:
-    """The router's `IndexSource`: the index with the shards' keys. It follows new generations
-    with a `GenerationWatcher` that switches only once every shard holds the new one (`ready`),
-    so a search is answered by one generation throughout; a few seconds after a switch the
-    shards drop the generations loaded before it."""
-
-    def __init__(self, settings: ServiceSettings, shards: list[DeploymentHandle[Any]]) -> None:
-        self.settings = settings
-        self.shards = shards
-        replies = [h.describe.remote() for h in shards]
-        self.layouts: list[Layout] = [cast(Layout, r.result(timeout_s=60)) for r in replies]
-        common = set.intersection(*(set(layout) for layout in self.layouts))
-        if not common:
-            raise SchemaError(f"the shards hold no generation in common: {self.layouts}")
-        logger.info("router: %d shards: %s", len(shards), self.layouts)
-
-    def load(self, *, session: Session, model: str) -> ServedIndex:
-        """The active generation's index if every shard holds it, else the newest they all
-        hold (the watcher switches later). No shard asked here: their layouts are known."""
-        common = set.intersection(*(set(layout) for layout in self.layouts))
-        active = store.active_generation_id(session=session) or NO_INDEX
-        g = active if active in common else max(common)
-        index = loaded_index.load_index(session=session, model=model, generation=g or None)
-        return self._build(index, session)
-
-    def _build(self, index: LoadedIndex, session: Session) -> ServedIndex:
-        g = index.generation or NO_INDEX
-        want = split(len(index), len(self.shards))
-        shards = []
-        for i, (handle, layout, (start, stop)) in enumerate(
-            zip(self.shards, self.layouts, want, strict=True)
-        ):
-            if layout.get(g, (start, stop, len(index))) != (start, stop, len(index)):
-                raise SchemaError(
-                    f"shard-{i} holds {layout[g]} of generation {g}, not {start, stop}"
-                )
-            shards.append(RayShard(handle, generation=g, name=f"shard-{i}", start=start, stop=stop))
-        # the lexical head's BM25 is the router's, over the whole catalog (global IDF)
-        ids, generation = index.ids, index.generation
-        return ServedIndex(
-            index,
-            ShardedKeys.of(index, shards),
-            descriptions=store.book_descriptions(
-                session=session, book_ids=ids, generation=generation
-            ),
-            subjects=store.book_subjects(session=session, book_ids=ids, generation=generation),
-        )
-
-    def _ready(self, generation: int) -> bool:
-        """Every shard holds `generation` (asked off the event loop: the watcher's thread).
-        A handle reaches one replica a call: with R > 1 replicas each shard is asked 4R times,
-        so every replica most likely answered (not surely: one that has not loaded it yet
-        answers 503 until it has)."""
-        asks = 1 if self.settings.shard_replicas == 1 else 4 * self.settings.shard_replicas
-        replies = [[h.describe.remote() for _ in range(asks)] for h in self.shards]
-        layouts = [[cast(Layout, r.result(timeout_s=30)) for r in rs] for rs in replies]
-        if not all(generation in layout for rs in layouts for layout in rs):
-            return False
-        self.layouts = [rs[0] for rs in layouts]
-        return True
-
-    def _drop_older(self, served: ServedIndex) -> None:
-        """After a grace (searches still on the old index finish), the shards forget the
-        generations loaded before the one served."""
-        g = served.generation or NO_INDEX
-
-        def drop() -> None:
-            for h in self.shards:
-                h.drop_before.remote(g)
-
-        timer = threading.Timer(max(5.0, 2 * self.settings.generation_poll_s), drop)
-        timer.daemon = True
-        timer.start()
-
-    def follow(self, *, engine: Engine, searcher: Searcher) -> GenerationWatcher:
-        return GenerationWatcher(
-            engine=engine,
-            searcher=searcher,
-            build=self._build,
-            poll_s=self.settings.generation_poll_s,
-            ready=self._ready,
-            incremental=False,
-            on_swap=self._drop_older,
-        )
 
 
 def shard_config(settings: ServiceSettings) -> ShardConfig:
@@ -210,7 +112,10 @@ def serve_forever(settings: ServiceSettings, sock: socket.socket) -> None:
             settings.host,
             settings.port,
         )
-        server.serve(create_app(settings, source=ShardedSource(settings, handles)), settings, sock)
+        placement = ShardPlacement(
+            handles, replicas=settings.shard_replicas, poll_s=settings.generation_poll_s
+        )
+        server.serve(create_app(settings, placement=placement), settings, sock)
     finally:
         if settings.ray_address:  # a shared cluster: take down only this application
             serve.delete(APP_NAME)

@@ -7,9 +7,10 @@ copy on a GPU), and a new `ServedIndex` is built beside the served one; the sear
 to it with one attribute assignment, so every search is answered by one whole generation, never
 a mix. Between switches no second copy of the keys is kept.
 
-The Ray Serve router (service/cluster/ray_serve.py) reuses the watcher with its hooks: `ready`
-(every shard holds the new generation), a full load (`incremental=False`: the router holds no
-keys to fold a diff into) and `on_swap` (the shards may drop the older generations).
+Where the keys are held (service/engine/startup.py `KeyPlacement`) gives the watcher its hooks:
+on a cluster's shards (service/cluster/shards/placement.py) `ready` (every shard holds the new
+generation), a full load (`incremental=False`: the router holds no keys to fold a diff into) and
+`on_swap` (the shards may drop the older generations).
 
 Generation ids are only comparable within one database: each poll also reads the database's
 identity (`store.index_id`, written at its creation). Another identity (a database dropped and

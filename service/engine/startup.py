@@ -1,9 +1,12 @@
-"""Building the engine from settings: the encoder, the served index of the active generation,
-the searcher, and what follows new generations (`IndexSource`)."""
+"""Building the engine from settings: the encoder, the served index of the active generation
+with its keys where a `KeyPlacement` holds them, the searcher, and what follows new
+generations."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
 from typing import Protocol
 
 from sqlalchemy import Engine
@@ -15,9 +18,10 @@ from indexer.loaded_index import LoadedIndex
 from indexer.settings import IndexSettings, StoreSettings
 from models.device import pick_device
 from models.encoder import Encoder, SentenceTransformerEncoder
+from models.keys import LocalKeys
 from service.engine.reloader import GenerationWatcher
 from service.engine.searcher import Searcher
-from service.engine.served_index import ServedIndex
+from service.engine.served_index import KeyStore, ServedIndex
 from service.settings import ServiceSettings
 
 logger = logging.getLogger(__name__)
@@ -34,9 +38,10 @@ def build_encoder(settings: StoreSettings) -> Encoder:
     )
 
 
-def load_index(session: Session, *, model: str) -> LoadedIndex:
-    """The active generation's keys for `model`. Refuses an index of another model."""
-    index = loaded_index.load_index(session=session, model=model)
+def load_index(session: Session, *, model: str, generation: int | None = None) -> LoadedIndex:
+    """The keys of `generation` (default: the active one) for `model`. Refuses an index of
+    another model."""
+    index = loaded_index.load_index(session=session, model=model, generation=generation)
     total = store.count_books(session=session, generation=index.generation)
     if total and not len(index):
         active = store.active_generation(session=session)
@@ -56,46 +61,97 @@ def load_index(session: Session, *, model: str) -> LoadedIndex:
     return index
 
 
-class IndexSource(Protocol):
-    """Where a service's index comes from: the first one, and what follows new generations
-    (None: nothing does). `LocalIndexSource`, or the Ray router (service/cluster/ray_serve.py)."""
+class KeyPlacement(Protocol):
+    """Where a generation's keys are held: on this process's device (`LocalPlacement`), or on
+    a cluster's shards (service/cluster/shards/placement.py). The engine asks it, at start-up
+    and at each new generation; it never calls the engine back."""
 
-    def load(self, *, session: Session, model: str) -> ServedIndex: ...
+    @property
+    def incremental(self) -> bool:
+        """True: a new generation's diff is folded into the keys served (they are here)."""
+        ...
 
-    def follow(self, *, engine: Engine, searcher: Searcher) -> GenerationWatcher | None: ...
+    def first(self, active: int | None) -> int | None:
+        """The generation to serve at start-up, given the active one (None: none)."""
+        ...
+
+    def keys(self, index: LoadedIndex) -> KeyStore:
+        """The keys of `index`, where this placement holds them."""
+        ...
+
+    def ready(self, generation: int) -> bool:
+        """Whether `generation` can be served now (False: asked again at the next check)."""
+        ...
+
+    def served(self, generation: int | None) -> None:
+        """`generation` serves now: what was held for the ones before it may go."""
+        ...
 
 
-class LocalIndexSource:
-    """The index in this process: keys on `settings.device`, reloaded by diff."""
+class LocalPlacement:
+    """The keys on this process's device (`settings.device`), diffs folded into them."""
+
+    incremental = True
 
     def __init__(self, settings: ServiceSettings):
         self.settings = settings
 
-    def build(self, index: LoadedIndex, session: Session) -> ServedIndex:
-        """The served index of `index` (the lexical head's descriptions and the books' subject
-        headings read at its generation)."""
-        ids, generation = index.ids, index.generation
-        return ServedIndex.local(
-            index,
-            device=self.settings.device,
-            key_dtype=self.settings.key_dtype,
-            chunk_size=self.settings.chunk_size,
-            descriptions=store.book_descriptions(
-                session=session, book_ids=ids, generation=generation
-            ),
-            subjects=store.book_subjects(session=session, book_ids=ids, generation=generation),
-        )
+    def first(self, active: int | None) -> int | None:
+        return active
 
-    def load(self, *, session: Session, model: str) -> ServedIndex:
-        return self.build(load_index(session, model=model), session)
+    def keys(self, index: LoadedIndex) -> LocalKeys:
+        s = self.settings
+        device = pick_device(s.device)
+        return LocalKeys(index.keys, device=device, key_dtype=s.key_dtype, chunk_size=s.chunk_size)
 
-    def follow(self, *, engine: Engine, searcher: Searcher) -> GenerationWatcher:
-        return GenerationWatcher(
-            engine=engine,
-            searcher=searcher,
-            build=self.build,
-            poll_s=self.settings.generation_poll_s,
-        )
+    def ready(self, generation: int) -> bool:
+        return True
+
+    def served(self, generation: int | None) -> None:
+        return None
+
+
+def build_served(placement: KeyPlacement, index: LoadedIndex, session: Session) -> ServedIndex:
+    """The served index of `index`: its keys placed, the lexical head's descriptions and the
+    books' subject headings read at its generation."""
+    t0 = time.perf_counter()
+    ids, generation = index.ids, index.generation
+    served = ServedIndex(
+        index,
+        placement.keys(index),
+        descriptions=store.book_descriptions(session=session, book_ids=ids, generation=generation),
+        subjects=store.book_subjects(session=session, book_ids=ids, generation=generation),
+    )
+    logger.info(
+        "generation %s: %d books served, keys on %s, in %.2f s",
+        generation,
+        len(served),
+        type(served.keys).__name__,
+        time.perf_counter() - t0,
+    )
+    return served
+
+
+def load_served(placement: KeyPlacement, session: Session, *, model: str) -> ServedIndex:
+    """The served index of the generation `placement` serves first."""
+    active = store.active_generation_id(session=session)
+    index = load_index(session, model=model, generation=placement.first(active))
+    return build_served(placement, index, session)
+
+
+def follow(
+    settings: ServiceSettings, placement: KeyPlacement, *, engine: Engine, searcher: Searcher
+) -> GenerationWatcher:
+    """What swaps the searcher to each new generation once `placement` has its keys."""
+    return GenerationWatcher(
+        engine=engine,
+        searcher=searcher,
+        build=functools.partial(build_served, placement),
+        poll_s=settings.generation_poll_s,
+        ready=placement.ready,
+        incremental=placement.incremental,
+        on_swap=lambda served: placement.served(served.generation),
+    )
 
 
 def build_searcher(
@@ -103,14 +159,14 @@ def build_searcher(
     *,
     engine: Engine,
     encoder: Encoder | None = None,
-    source: IndexSource | None = None,
+    placement: KeyPlacement | None = None,
 ) -> Searcher:
-    """The encoder (the configured model unless one is given) and the active generation's
-    index, ready to search."""
+    """The encoder (the configured model unless one is given) and the first generation's
+    index, its keys placed by `placement` (this process's device unless given), ready to
+    search."""
     encoder = encoder or build_encoder(settings)
-    source = source or LocalIndexSource(settings)
     with Session(engine) as session:
-        index = source.load(session=session, model=encoder.name)
+        index = load_served(placement or LocalPlacement(settings), session, model=encoder.name)
     return searcher_of(settings, encoder, index)
 
 
