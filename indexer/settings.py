@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import re
+import tempfile
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -144,13 +144,19 @@ def _in_hf_cache(name: str) -> bool:
 
 
 def _writable_folder(path: Path) -> bool:
-    """Whether `path` is, or could be made as, a folder this process can write to."""
-    if path.exists():
-        return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
-    parent = path.parent
-    while not parent.exists():
-        parent = parent.parent
-    return parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
+    """Whether `path` is, or could be made as, a folder this process can write to. Tried, not
+    asked of `os.access`, which says yes to root for every folder (/proc's included): a
+    temporary folder is made and removed in `path`, or in its nearest existing parent."""
+    folder = path
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        return False
+    try:
+        tempfile.TemporaryDirectory(dir=folder).cleanup()
+    except OSError:
+        return False
+    return True
 
 
 class RaySettings(BaseSettings):

@@ -28,6 +28,8 @@ CASES = [
     ("ATTEND_CHUNK_SIZE", "1", "ATTEND_CHUNK_SIZE: Input should be greater than or equal to 64"),
     ("ATTEND_DEVICE", "gpu", "ATTEND_DEVICE: must be auto, cpu, cuda or cuda:N"),
     ("ATTEND_ONNX_CACHE_DIR", "{file}/sub", "ATTEND_ONNX_CACHE_DIR={file}/sub is not a folder"),
+    # a folder no one can make, root included (os.access says yes to root there)
+    ("ATTEND_ONNX_CACHE_DIR", "/proc/attend-onnx", "ATTEND_ONNX_CACHE_DIR=/proc/attend-onnx is"),
 ]
 if not torch.cuda.is_available():
     CASES.append(("ATTEND_DEVICE", "cuda", "ATTEND_DEVICE=cuda but torch sees no CUDA GPU"))
