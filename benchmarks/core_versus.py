@@ -31,15 +31,17 @@ METHODS = ("attend", "attend+V", "faiss")
 def run_core(tree: Path, core_args: list[str]) -> dict[str, Any]:
     """benchmarks.core's JSON result, run from `tree` with its packages imported first."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "benchmarks.core", "--json", "--no-side", *core_args],
         cwd=tree,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
         text=True,
-        check=True,
-    ).stdout
-    result: dict[str, Any] = json.loads(out)
+        check=False,
+    )  # its progress (and any error) on our stderr
+    if done.returncode:
+        raise SystemExit(f"benchmarks.core in {tree} exited with {done.returncode}")
+    result: dict[str, Any] = json.loads(done.stdout)
     return result
 
 

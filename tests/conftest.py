@@ -22,7 +22,10 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from indexer import db
+from indexer.loaded_index import LoadedIndex
 from models.tokens import TokenEmbeddings
+from service.cluster.shards.router import ShardedKeys
+from service.cluster.shards.shard import LocalShard, Shard
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 PG_URL = os.environ.get("ATTEND_TEST_POSTGRES_URL")
@@ -248,3 +251,24 @@ def index_demo_catalog(url: str) -> None:
         )
     finally:
         engine.dispose()
+
+
+class InProcessShards:
+    """`--engine ray`'s key placement but for the transport: each generation's keys on 2 shards
+    that answer in this process (`LocalShard`), under the router's index (books, BM25)."""
+
+    incremental = False
+
+    def first(self, active: int | None) -> int | None:
+        return active
+
+    def keys(self, index: LoadedIndex) -> ShardedKeys:
+        return ShardedKeys.of(
+            index, [LocalShard(Shard(index, shard=s, shards=2, device="cpu")) for s in (0, 1)]
+        )
+
+    def ready(self, generation: int) -> bool:
+        return True
+
+    def served(self, generation: int | None) -> None:
+        return None

@@ -20,12 +20,9 @@ from fastapi.testclient import TestClient
 from httpx import Response
 from sqlalchemy import Engine
 
-from conftest import FakeEncoder, index_books
+from conftest import FakeEncoder, InProcessShards, index_books
 from indexer.db import create_db_engine
-from indexer.loaded_index import LoadedIndex
 from service.api.main import create_app
-from service.cluster.shards.router import ShardedKeys
-from service.cluster.shards.shard import LocalShard, Shard
 from service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,27 +100,6 @@ REQUESTS = {
     "explain": ("GET", "/books/b3/explain", {"params": {"q": "wizards"}}),
     "book": ("GET", "/books/b3", {}),
 }
-
-
-class InProcessShards:
-    """`--engine ray`'s key placement but for the transport: each generation's keys on 2 shards
-    that answer in this process (`LocalShard`), under the router's index (books, BM25)."""
-
-    incremental = False
-
-    def first(self, active: int | None) -> int | None:
-        return active
-
-    def keys(self, index: LoadedIndex) -> ShardedKeys:
-        return ShardedKeys.of(
-            index, [LocalShard(Shard(index, shard=s, shards=2, device="cpu")) for s in (0, 1)]
-        )
-
-    def ready(self, generation: int) -> bool:
-        return True
-
-    def served(self, generation: int | None) -> None:
-        return None
 
 
 def _walk(client: TestClient, recorder: CallRecorder, kind: str) -> tuple[Response, int]:
