@@ -82,7 +82,7 @@ class SweepAsk:
 
 Ask = TopAsk | ScoresAsk | SweepAsk
 Answer = tuple[TopLists, Tensor] | Tensor | tuple[Tensor, Tensor]
-MixSteps = Generator[Ask, Answer, "Mixture"]
+MixSteps = Generator[Ask, Answer | None, "Mixture"]  # sent None first, then each answer
 
 
 def mix_topk(

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor
 
 from indexer.filters import Filters
 from models.heads import DenseHeads, ScoredHead
-from models.mixture import Answer, MixSteps, Mixture, ScoresAsk, SweepAsk, TopAsk, mix_topk
+from models.mixture import Answer, MixSteps, Mixture, ScoresAsk, TopAsk, mix_topk
 from service.engine.mixing import Mixed
 from service.engine.served_index import ServedIndex
 
@@ -85,16 +86,17 @@ def rank(
 
 
 def run_mixture(dense: DenseHeads, steps: MixSteps) -> Mixture:
-    """The mixture `steps` computes, each of its asks answered by `dense`."""
-    answer: Answer | None = None
-    try:
-        while True:
-            ask = steps.send(answer)  # type: ignore[arg-type]  # the first send is None
-            if isinstance(ask, TopAsk):
-                answer = dense.top(ask.k)
-            elif isinstance(ask, ScoresAsk):
-                answer = dense.scores(ask.cand)
-            elif isinstance(ask, SweepAsk):
-                answer = dense.sweep(ask.pi, ask.lse, ask.cand, ask.scored)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+    """The mixture `steps` computes, each of its asks answered by `dense`, wherever its keys
+    are: the engine calls down into both, and neither calls up."""
+    answer: Answer | None = None  # a generator starts on send(None)
+    while True:
+        try:
+            ask = steps.send(answer)
+        except StopIteration as done:  # only the generator's own end: not one from `dense`
+            return cast(Mixture, done.value)
+        if isinstance(ask, TopAsk):
+            answer = dense.top(ask.k)
+        elif isinstance(ask, ScoresAsk):
+            answer = dense.scores(ask.cand)
+        else:
+            answer = dense.sweep(ask.pi, ask.lse, ask.cand, ask.scored)
