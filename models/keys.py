@@ -67,6 +67,13 @@ class LocalKeys:
     def dim(self) -> int:
         return int(next(iter(self.by_field.values())).shape[1])
 
+    def __str__(self) -> str:
+        """What a start-up log says of them: fields, width, dtype and device."""
+        dim = self.dim if self.size else 0
+        dtype = str(self.dtype).removeprefix("torch.")
+        fields = ", ".join(self.by_field)
+        return f"{len(self.by_field)} keys ({fields}) d={dim} {dtype} on {self.device}"
+
     def dense_heads(
         self,
         q: Tensor,

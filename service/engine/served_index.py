@@ -10,8 +10,6 @@ reaches through the same interface.
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -26,8 +24,6 @@ from models.heads import DenseHeads
 from models.keys import DenseHeadSpec, LocalKeys
 from service.engine.catalog_names import CatalogNames
 from service.engine.lexical import LexicalIndex, book_document
-
-logger = logging.getLogger(__name__)
 
 RANK_FIELD = "description"  # the field whose keys score a hit (`score` in a response)
 
@@ -100,23 +96,12 @@ class ServedIndex:
         descriptions: Sequence[str | None] | None = None,
         subjects: Sequence[Sequence[str]] | None = None,
     ) -> ServedIndex:
-        """The index with its keys on this process's device (`pick_device(device)`)."""
-        t0 = time.perf_counter()
+        """The index with its keys on this process's device (`pick_device(device)`), as
+        service/engine/startup.py `LocalPlacement` places them (tests and benchmarks)."""
         keys = LocalKeys(
             index.keys, device=pick_device(device), key_dtype=key_dtype, chunk_size=chunk_size
         )
-        served = cls(index, keys, descriptions=descriptions, subjects=subjects)
-        logger.info(
-            "loaded %d books × %d keys (%s) d=%d %s on %s in %.2f s",
-            len(served),
-            len(keys.by_field),
-            ", ".join(keys.by_field),
-            keys.dim if len(served) else 0,
-            str(keys.dtype).removeprefix("torch."),
-            keys.device,
-            time.perf_counter() - t0,
-        )
-        return served
+        return cls(index, keys, descriptions=descriptions, subjects=subjects)
 
     def __len__(self) -> int:
         return len(self.books)

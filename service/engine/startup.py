@@ -123,11 +123,10 @@ def build_served(placement: KeyPlacement, index: LoadedIndex, session: Session) 
         subjects=store.book_subjects(session=session, book_ids=ids, generation=generation),
     )
     logger.info(
-        "generation %s: %d books served, %s on %s, in %.2f s",
+        "generation %s: %d books, %s, served in %.2f s",
         generation,
         len(served),
-        type(served.keys).__name__,
-        served.device,
+        served.keys,
         time.perf_counter() - t0,
     )
     return served

@@ -99,6 +99,9 @@ class ShardedKeys:
     def dim(self) -> int:
         return self._dim
 
+    def __str__(self) -> str:
+        return f"keys on {len(self.shards)} shards"
+
     def dense_heads(
         self, q: Tensor, heads: DenseHeadSpec, *, filters: Sequence[Filters], mask: Tensor | None
     ) -> DenseHeads:
