@@ -91,15 +91,19 @@ def test_api_scales_behind_the_load_balancer() -> None:
     api, lb = services["api"], services["lb"]
     assert "ports" not in api and "container_name" not in api
     assert api["expose"] == ["8000"]
-    # the host's loopback unless asked otherwise: the API is not for every interface by default
-    assert lb["ports"] == ["${ATTEND_PUBLISH_HOST:-127.0.0.1}:8000:8000"]
+    # the host's loopback unless asked otherwise: the API is not for every interface by default,
+    # and the operator's port (admin, metrics, docs) stays there when the public one is opened
+    assert lb["ports"] == [
+        "${ATTEND_PUBLISH_HOST:-127.0.0.1}:8000:8000",
+        "${ATTEND_OPS_PUBLISH_HOST:-127.0.0.1}:8001:8001",
+    ]
     assert lb["depends_on"] == {"api": {"condition": "service_healthy"}}
     host, container, mode = lb["volumes"][0].split(":")
     assert container == "/etc/nginx/nginx.conf" and mode == "ro"
     conf = (ROOT / host).read_text()
-    assert "listen 8000;" in conf
+    assert "listen 8000 backlog=4096;" in conf and "listen 8001;" in conf
     assert "resolver 127.0.0.11" in conf  # Docker's DNS: one address per replica
-    assert "set $api http://api:8000;" in conf and "proxy_pass $api;" in conf
+    assert conf.count("set $api http://api:8000;") == conf.count("proxy_pass $api;") == 3
     assert "/readyz" in " ".join(lb["healthcheck"]["test"])
 
 
