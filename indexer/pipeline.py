@@ -102,7 +102,9 @@ def run(
         if isinstance(path, CatalogSnapshot):
             catalog = path
         else:
-            catalog = snapshot = CatalogSnapshot.take(path, max_row_bytes=settings.max_row_bytes)
+            catalog = snapshot = CatalogSnapshot.take(
+                path, max_row_bytes=settings.max_row_bytes, columns=settings.catalog_columns
+            )
         path = catalog.name
         total, rejected = validate(catalog)
         if rejected and not skip_invalid:

@@ -192,6 +192,13 @@ class IndexSettings(StoreSettings, RaySettings):
         description="Longest catalog row read (a JSONL line, a CSV record): a longer one is "
         "rejected with its line number, so memory stays bounded per row whatever the file.",
     )
+    catalog_columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Catalog columns to read as a field, as a JSON object of header name → "
+        "field (id, title, description, authors, year, language, isbn, or metadata to keep "
+        'one out of the fields), e.g. {"Writer": "authors"}: over the names exports use; '
+        "`attend index --column 'Writer=authors'` adds to it.",
+    )
     max_delete_fraction: float = Field(
         0.5,
         ge=0.0,

@@ -41,13 +41,17 @@ INDEX_DESCRIPTION = (
     f"ATTEND_DATABASE_URL, else {DEFAULT_DATABASE}: the file attend.db in the working "
     "folder, created and migrated when new). The catalog becomes the index's next "
     "generation; books the index holds but the catalog lacks are removed. Catalog: JSONL "
-    "(one object a line) or CSV with a header (UTF-8, a BOM and CRLF are fine; `,`, `;` "
-    "or tab separated); `title` "
-    "required; `id` optional (without one the `isbn` or `isbn13`, else an id derived "
-    "from title and authors); `description`, `authors` (also `author`, `author_name`: a "
-    "list, or names separated by `;` or `,`), `year`, `language` optional; names match "
-    "case-insensitively; other fields are kept as metadata, and named in a notice. The "
-    "catalog is checked before the model loads."
+    "(one object a line, .jsonl), a JSON array (.json), CSV (.csv) or TSV (.tsv, .txt) "
+    "with a header, any of them gzipped (.gz); UTF-8 or UTF-16 with a BOM, CRLF is fine, "
+    "a CSV may be `,`, `;` or tab separated. `title` required; `id` optional (without one "
+    "the `isbn` or `isbn13`, else an id derived from title and authors); `description` "
+    "(also `summary`, `synopsis`, `blurb`, `comments`: HTML reduced to text), `authors` "
+    "(also `author`, `author_name`, `primary author`, joined with `additional authors`: a "
+    "list, or names separated by `;`, ` & ` or `,`), `year` (also `original publication "
+    "year`, `year published`, a date's year: `pubdate`, `date`), `language` optional; "
+    "Goodreads, Calibre and LibraryThing exports read as they are; names match "
+    "case-insensitively; other fields are kept as metadata, and named in a notice "
+    "(--column maps one). The catalog is checked before the model loads."
 )
 
 
@@ -89,14 +93,24 @@ def _add_index(sub: Commands) -> None:
     p = sub.add_parser(
         "index",
         parents=[_common_options()],
-        help="index a catalog (.jsonl or .csv) into the database",
+        help="index a catalog (.jsonl, .json, .csv, .tsv, or .gz of one) into the database",
         description=INDEX_DESCRIPTION,
     )
-    p.add_argument("path", metavar="CATALOG", help="the catalog file, .jsonl or .csv")
+    p.add_argument(
+        "path", metavar="CATALOG", help="the catalog file: .jsonl, .json, .csv, .tsv (or .gz)"
+    )
     p.add_argument(
         "--skip-invalid",
         action="store_true",
         help="index the valid rows and list the rejected ones (default: write nothing)",
+    )
+    p.add_argument(
+        "--column",
+        action="append",
+        metavar="HEADER=FIELD",
+        help="read the catalog column HEADER as FIELD (id, title, description, authors, year, "
+        "language, isbn; or metadata: keep it out of the fields), over the names exports use "
+        "and ATTEND_CATALOG_COLUMNS; repeatable, e.g. --column 'Writer=authors'",
     )
     p.add_argument(
         "--batch-size",

@@ -53,7 +53,10 @@ def cmd_index(args: argparse.Namespace) -> int:
                     f"-> {shown(settings.database_url)}\n"
                 )
                 return 0
-        with CatalogSnapshot.take(args.path, max_row_bytes=settings.max_row_bytes) as catalog:
+        columns = {**settings.catalog_columns, **column_options(getattr(args, "column", None))}
+        with CatalogSnapshot.take(
+            args.path, max_row_bytes=settings.max_row_bytes, columns=columns
+        ) as catalog:
             # checked before the model loads and the database is touched: a bad header or bad
             # rows answer in a second, not after the encoder's seconds (or minutes) of loading
             check = catalog.check()
@@ -93,6 +96,21 @@ def cmd_index(args: argparse.Namespace) -> int:
         f"-> {shown(settings.database_url)}\n"
     )
     return 0
+
+
+def column_options(given: list[str] | None) -> dict[str, str]:
+    """`--column HEADER=FIELD` options as a mapping; CatalogError for one without its `=`."""
+    from indexer.catalog import CatalogError
+
+    mapping = {}
+    for option in given or []:
+        header, sep, field = option.rpartition("=")
+        if not sep or not header.strip():
+            raise CatalogError(
+                [], f"--column {option!r}: write it HEADER=FIELD, e.g. --column Writer=authors"
+            )
+        mapping[header.strip()] = field.strip()
+    return mapping
 
 
 def _active_generation(engine: Engine) -> int | None:

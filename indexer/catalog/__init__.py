@@ -1,9 +1,11 @@
-"""Reading book catalogs: JSONL (one object a line) or CSV (a header row), every bad row named.
+"""Reading book catalogs: JSONL (one object a line), a JSON array, or CSV/TSV (a header row),
+any of them gzipped or in UTF-16 (indexer/catalog/formats.py), every bad row named.
 
 A book needs a `title`; `id` (a string or an integer, unique in the file), `description`,
 `authors` (a list, or a string of names separated by `;` or `,`), `year` (an integer) and
 `language` are optional, under the names exports give them (indexer/catalog/columns.py:
-`Author`, `author_name`, `ISBN13`, …). A row without an id takes its ISBN, else an id derived
+`Author`, `author_name`, `ISBN13`, Goodreads', Calibre's and LibraryThing's columns, and the
+user's own mapping, `columns`). A row without an id takes its ISBN, else an id derived
 from title and authors. Every other field is kept as metadata.
 
 A row with problems is reported with all of them at once (indexer/catalog/rows.py: what both
@@ -18,12 +20,13 @@ with the process, however it ends), checked and indexed from those same bytes.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from indexer.catalog.columns import ColumnNames
+from indexer.catalog.formats import FORMATS, catalog_format, copy_decoded, refine
 from indexer.catalog.jsonl_records import MAX_DEPTH
 from indexer.catalog.records import CatalogError, CatalogHeaderError, CatalogRecord, InvalidRow
 from indexer.catalog.rows import MAX_ID_CHARS, MAX_LANGUAGE_CHARS, is_valid_id
@@ -40,6 +43,7 @@ __all__ = [
     "CatalogHeaderError",
     "CatalogRecord",
     "CatalogSnapshot",
+    "ColumnNames",
     "InvalidRow",
     "catalog_format",
     "is_valid_id",
@@ -48,36 +52,45 @@ __all__ = [
 ]
 
 MAX_ROW_BYTES = 1024 * 1024  # a catalog row's default limit (ATTEND_MAX_ROW_BYTES)
-FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
-_COPY_CHUNK = 1024 * 1024
-
-
-def catalog_format(name: str | Path) -> str:
-    """ "jsonl" or "csv", from the file name's suffix; `CatalogError` for any other."""
-    suffix = Path(name).suffix.lower()
-    if suffix not in FORMATS:
-        raise CatalogError([], f"{name}: unknown catalog format {suffix!r}; use .jsonl or .csv")
-    return FORMATS[suffix]
 
 
 class CatalogSnapshot:
     """One run's catalog: bytes that nobody else can change, read as often as the run needs.
 
     `take` copies a file into an anonymous temporary file (no name on disk, so nothing is left
-    behind however the process ends); `adopt` wraps a file that is private already (an upload
-    spooled into one). `name` is what errors and the index name: the original path."""
+    behind however the process ends), decompressed and converted to UTF-8 on the way; `adopt`
+    wraps a file that is private already (an upload spooled into one), converted the same way
+    into a second one if it must be. `name` is what errors and the index name: the original
+    path. `columns`: the user's mapping of header names to fields (ColumnNames)."""
 
-    def __init__(self, file: IO[bytes], *, name: str, max_row_bytes: int = MAX_ROW_BYTES):
+    def __init__(
+        self,
+        file: IO[bytes],
+        *,
+        name: str,
+        max_row_bytes: int = MAX_ROW_BYTES,
+        columns: dict[str, str] | None = None,
+        notices: list[str] | None = None,
+    ):
         self.file = file
         self.name = name
-        self.format = catalog_format(name)
+        self.format, found = refine(file, catalog_format(name), name)
         self.max_row_bytes = max_row_bytes
+        self.names = _names(columns)
+        self.notices = [*(notices or []), *found]  # how the bytes were read
         self._check: CatalogCheck | None = None
 
     @classmethod
-    def take(cls, path: str | Path, *, max_row_bytes: int = MAX_ROW_BYTES) -> CatalogSnapshot:
+    def take(
+        cls,
+        path: str | Path,
+        *,
+        max_row_bytes: int = MAX_ROW_BYTES,
+        columns: dict[str, str] | None = None,
+    ) -> CatalogSnapshot:
         path = Path(path)
         catalog_format(path)
+        _names(columns)
         try:
             source = path.open("rb")
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -87,22 +100,48 @@ class CatalogSnapshot:
                 raise CatalogError([], f"{path}: no such file")
             copy = tempfile.TemporaryFile()  # noqa: SIM115  # closed by close()
             try:
-                shutil.copyfileobj(source, copy, _COPY_CHUNK)
+                notices = copy_decoded(source, copy, str(path))
+                return cls(
+                    copy,
+                    name=str(path),
+                    max_row_bytes=max_row_bytes,
+                    columns=columns,
+                    notices=notices,
+                )
             except BaseException:
                 copy.close()
                 raise
-        return cls(copy, name=str(path), max_row_bytes=max_row_bytes)
 
     @classmethod
     def adopt(
-        cls, file: IO[bytes], *, name: str, max_row_bytes: int = MAX_ROW_BYTES
+        cls,
+        file: IO[bytes],
+        *,
+        name: str,
+        max_row_bytes: int = MAX_ROW_BYTES,
+        columns: dict[str, str] | None = None,
     ) -> CatalogSnapshot:
-        return cls(file, name=name, max_row_bytes=max_row_bytes)
+        file.seek(0)
+        head = file.read(4)
+        file.seek(0)
+        notices: list[str] = []
+        if head.startswith((b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff")):  # gzip, UTF-16
+            copy = tempfile.TemporaryFile()  # noqa: SIM115  # closed by close()
+            try:
+                notices = copy_decoded(file, copy, name)
+            except BaseException:
+                copy.close()
+                raise
+            finally:
+                file.close()
+            file = copy
+        file.seek(0)
+        return cls(file, name=name, max_row_bytes=max_row_bytes, columns=columns, notices=notices)
 
     def scan(self) -> Iterator[CatalogRecord | InvalidRow]:
         """Every row in file order, parsed, or the reason it cannot be (from the start)."""
         self.file.seek(0)
-        return iter(CatalogScan(self.file, self.name, self.format, self.max_row_bytes))
+        return iter(self._scan())
 
     def records(self) -> Iterator[CatalogRecord]:
         """The books in file order, the rows that cannot be one skipped (`check` names those)."""
@@ -114,8 +153,12 @@ class CatalogSnapshot:
         again) reads nothing. Raises `CatalogHeaderError` for a CSV header no row can pass."""
         if self._check is None:
             self.file.seek(0)
-            self._check = CatalogScan(self.file, self.name, self.format, self.max_row_bytes).check()
+            check = self._scan().check()
+            self._check = CatalogCheck(check.books, check.rejected, self.notices + check.notices)
         return self._check
+
+    def _scan(self) -> CatalogScan:
+        return CatalogScan(self.file, self.name, self.format, self.max_row_bytes, self.names)
 
     def close(self) -> None:
         self.file.close()
@@ -128,16 +171,12 @@ class CatalogSnapshot:
 
 
 def scan_catalog(
-    path: str | Path, *, max_row_bytes: int = MAX_ROW_BYTES
+    path: str | Path, *, max_row_bytes: int = MAX_ROW_BYTES, columns: dict[str, str] | None = None
 ) -> Iterator[CatalogRecord | InvalidRow]:
-    """Every row of the catalog file in file order, parsed, or the reason it cannot be (read in
-    place, once: a run reads a `CatalogSnapshot` instead)."""
-    path = Path(path)
-    fmt = catalog_format(path)
-    if not path.is_file():
-        raise CatalogError([], f"{path}: no such file")
-    with path.open("rb") as f:
-        yield from CatalogScan(f, str(path), fmt, max_row_bytes)
+    """Every row of the catalog file in file order, parsed, or the reason it cannot be (from a
+    snapshot of it, read once)."""
+    with CatalogSnapshot.take(path, max_row_bytes=max_row_bytes, columns=columns) as snapshot:
+        yield from snapshot.scan()
 
 
 def read_catalog(path: str | Path) -> Iterator[CatalogRecord]:
@@ -146,3 +185,11 @@ def read_catalog(path: str | Path) -> Iterator[CatalogRecord]:
         if isinstance(row, InvalidRow):
             raise CatalogError([row])
         yield row
+
+
+def _names(columns: dict[str, str] | None) -> ColumnNames:
+    """The user's mapping as ColumnNames; a bad one is the catalog's error, before any read."""
+    try:
+        return ColumnNames(columns)
+    except ValueError as e:
+        raise CatalogError([], str(e)) from None

@@ -1,10 +1,17 @@
 """Which catalog field a column (a CSV header name, a JSONL key) stands for, as exports name them.
 
 Names are matched case-insensitively, with spaces and hyphens read as underscores, so `Title`,
-`Author Name` and `ISBN-13` are recognised. `author`, `authors` and `author_name` are the
-authors; `isbn13` and `isbn` become the id of a row that has no `id` field; every other column
-is kept as metadata. A book without an id or an ISBN gets an id derived from its title and
-authors: stable from one export to the next, so a re-index finds the book unchanged.
+`Author Name` and `ISBN-13` are recognised, under the names of the exports readers have
+(Goodreads, Calibre, LibraryThing, Open Library): `Author`, `Primary Author`, `author_name` are
+the authors and `Additional Authors` / `Secondary Author` are joined to them; `Original
+Publication Year`, else `Year Published`, is the year, and a date column (`pubdate`, `Date`) its
+year; `summary`, `synopsis`, `blurb`, `comments` (Calibre's, HTML) or `review` the description.
+`isbn13` and `isbn` become the id of a row that has no `id` field; every other column is kept as
+metadata, and one that looks like a field but is none of these names is named in a notice
+(`lookalike`) with the setting that maps it: `ColumnNames` with the user's own names first
+(`attend index --column 'Writer=authors'`, ATTEND_CATALOG_COLUMNS). A book without an id or an
+ISBN gets an id derived from its title and authors: stable from one export to the next, so a
+re-index finds the book unchanged.
 """
 
 from __future__ import annotations
@@ -16,18 +23,46 @@ from functools import lru_cache
 
 FIELDS = ("id", "title", "description", "authors", "year", "language")
 ISBN = "isbn"  # not a field: the id of a row without one
+MORE_AUTHORS = "more authors"  # not a field: names joined to the authors
+METADATA = "metadata"  # what a user's mapping names to keep a known name out of the fields
 # the name a column is known by → the field it holds; earlier names win when a row has several
 _ALIASES: dict[str, tuple[str, ...]] = {
-    "id": ("id", "book_id"),  # Goodreads' export: "Book Id"
+    "id": ("id", "book_id"),  # Goodreads' and LibraryThing's export: "Book Id"
     "title": ("title",),
-    "description": ("description",),
-    "authors": ("authors", "author", "author_name"),
-    "year": ("year",),
+    # Calibre's is `comments` (HTML, reduced to text); LibraryThing's `Summary`, else `Review`
+    "description": ("description", "summary", "synopsis", "blurb", "comments", "review"),
+    "authors": ("authors", "author", "author_name", "primary_author"),
+    MORE_AUTHORS: ("additional_authors", "secondary_author", "secondary_authors"),
+    # Goodreads: the first edition's year, else this edition's; Calibre and LibraryThing: a date
+    "year": (
+        "year",
+        "original_publication_year",
+        "year_published",
+        "publication_year",
+        "first_publish_year",
+        "pubdate",
+        "publication_date",
+        "published",
+        "date",
+    ),
     "language": ("language",),
     ISBN: ("isbn13", "isbn_13", "isbn"),
 }
+MAPPABLE = (*FIELDS, ISBN, METADATA)  # what a user's mapping may name
+DATE_NAMES = frozenset({"pubdate", "publication_date", "published", "date"})  # text: its year
 _FIELD_OF = {name: f for f, names in _ALIASES.items() for name in names}
 _RANK = {name: i for names in _ALIASES.values() for i, name in enumerate(names)}
+# a 4-digit year in a date ("2016-11-18T08:00:00+00:00", "c1965", "[1965?]"); Calibre writes
+# 0101-01-01 for "no date", which this does not match
+_DATE_YEAR = re.compile(r"(?<!\d)([1-9]\d{3})(?!\d)")
+# what a field's column may be called that is none of its names: header words → the field
+_LOOKALIKE = (
+    ("authors", re.compile(r"author|writer|creator")),
+    ("year", re.compile(r"year|publi|pubdate|pub_date|copyright")),
+    ("description", re.compile(r"descr|summar|synops|blurb|abstract|overview|annotation")),
+)
+# author-, year- or description-like names that are not those fields: a sort key, a role, an id
+_NOT_LOOKALIKE = re.compile(r"_(l_f|sort|roles?|ids?|count|link|url)$|^(author_sort|publisher)$")
 _ISBN_NOISE = re.compile(r"[\s\-]")
 _SLUG_DROP = re.compile(r"[^a-z0-9]+")
 
@@ -49,7 +84,52 @@ def rank(name: str) -> int:
     return _RANK.get(_normal(name), 0)
 
 
-def header_problem(names: list[str]) -> str | None:
+def date_year(name: str, value: str) -> int | None:
+    """The year of a date column's text, None where it has none (or `name` is no date column)."""
+    if _normal(name) not in DATE_NAMES:
+        return None
+    found = _DATE_YEAR.search(value)
+    return int(found.group(1)) if found else None
+
+
+def is_date(name: str) -> bool:
+    return _normal(name) in DATE_NAMES
+
+
+class ColumnNames:
+    """The names read as fields: the user's mapping (header → one of MAPPABLE) first, then the
+    names exports use. Raises ValueError for a mapping to a name that is none of MAPPABLE."""
+
+    def __init__(self, mapping: dict[str, str] | None = None):
+        self.mapping = {_normal(k): v.strip().lower() for k, v in (mapping or {}).items()}
+        for name, f in self.mapping.items():
+            if f not in MAPPABLE:
+                raise ValueError(
+                    f"the column {name!r} is mapped to {f!r}, which is none of "
+                    f"{', '.join(MAPPABLE)}"
+                )
+
+    def field_of(self, name: str) -> str | None:
+        if self.mapping and (f := self.mapping.get(_normal(name))) is not None:
+            return None if f == METADATA else f
+        return field_of(name)
+
+    def rank(self, name: str) -> int:
+        return -1 if self.mapping and _normal(name) in self.mapping else rank(name)
+
+    def lookalike(self, name: str) -> str | None:
+        """The field a metadata column `name` looks like it holds, when it is none of that
+        field's names and the user did not map it (so it was not read): else None."""
+        normal = _normal(name)
+        if normal in self.mapping or normal in _FIELD_OF or _NOT_LOOKALIKE.search(normal):
+            return None
+        return next((f for f, words in _LOOKALIKE if words.search(normal)), None)
+
+
+NAMES = ColumnNames()  # the exports' names only
+
+
+def header_problem(names: list[str], known: ColumnNames = NAMES) -> str | None:
     """Why a CSV header cannot be a catalog's, with what to change; None when it can."""
     seen: dict[str, int] = {}
     for i, name in enumerate(names, start=1):
@@ -59,27 +139,36 @@ def header_problem(names: list[str]) -> str | None:
                 "give each column its own name"
             )
         seen[name] = i
-    if not any(field_of(n) == "title" for n in names):
+    if not any(known.field_of(n) == "title" for n in names):
         found = ", ".join(repr(n) for n in names if n) or "none"
         return (
             f"CSV header has no 'title' column (its columns: {found}); name the column that "
             "holds the book titles 'title' (an 'id' column is optional: without one the id is "
-            "the 'isbn' or 'isbn13' column, else derived from title and authors)"
+            "the 'isbn' or 'isbn13' column, else derived from title and authors), or map it: "
+            "--column 'NAME=title'"
         )
     return None
 
 
 def split_authors(text: str) -> list[str]:
-    """A cell of authors as a list. `;` always separates; `,` separates only when every name
-    between the commas has two words or more ("Neil Gaiman, Terry Pratchett"), so a single
-    "Herbert, Frank" or "Tolkien, J. R. R." stays one name."""
-    if ";" in text:
-        parts = text.split(";")
+    """A cell of authors as a list. `;` and ` & ` (Calibre's) always separate; `,` separates
+    only when every name between the commas has two words or more ("Neil Gaiman, Terry
+    Pratchett"), so a single "Herbert, Frank" or "Tolkien, J. R. R." stays one name."""
+    if ";" in text or " & " in text:
+        parts = re.split(r";| & ", text)
     else:
         parts = text.split(",")
         if len([p for p in parts if p.strip()]) > 1 and any(len(p.split()) < 2 for p in parts):
             parts = [text]
     return [p.strip() for p in parts if p.strip()]
+
+
+def unwrap_formula(cell: str) -> str:
+    """A spreadsheet's text formula as its text: `="0441172717"` (Goodreads writes ISBNs so,
+    that Excel keeps their zeros) → `0441172717`; any other cell as it is."""
+    if cell.startswith('="') and cell.endswith('"') and len(cell) >= 3:
+        return cell[2:-1]
+    return cell
 
 
 def isbn_id(value: str) -> str:

@@ -105,3 +105,21 @@ def _depth(obj: Any) -> int:
             return level
         stack.extend((child, level + 1) for child in children)
     return deepest
+
+
+_DECODER = json.JSONDecoder(
+    parse_int=_parse_int, parse_float=_parse_float, parse_constant=_no_constant
+)
+
+
+def decode_at(text: str, pos: int) -> tuple[Any, int]:
+    """The JSON value that starts at `text[pos]` and where it ends, held to what the databases
+    store as `_loads` holds a line: json.JSONDecodeError for broken JSON, RowError for a value
+    the databases cannot store."""
+    try:
+        obj, end = _DECODER.raw_decode(text, pos)
+    except RecursionError:
+        raise RowError(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    if _depth(obj) > MAX_DEPTH:
+        raise RowError(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return obj, end

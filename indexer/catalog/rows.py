@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from indexer.catalog import columns
+from indexer.catalog.columns import NAMES, ColumnNames
+from indexer.catalog.html_text import html_to_text, looks_like_html
 from indexer.catalog.records import CatalogRecord
 from models.text import normalize_id
 
@@ -42,6 +44,7 @@ class ParsedRow:
     record: CatalogRecord
     id_from: str  # "id", the ISBN column it came from, or "" when derived from title and authors
     read_as: dict[str, str] = field(default_factory=dict)  # a column under another name → field
+    fields: frozenset[str] = frozenset()  # the fields read from a column of the row
 
 
 def is_valid_id(book_id: str) -> bool:
@@ -49,10 +52,10 @@ def is_valid_id(book_id: str) -> bool:
     return 0 < len(book_id) <= MAX_ID_CHARS and not _CONTROL.search(book_id)
 
 
-def parse_row(raw: dict[str, Any], line: int) -> ParsedRow:
+def parse_row(raw: dict[str, Any], line: int, names: ColumnNames = NAMES) -> ParsedRow:
     """The row as a book; `RowError` naming all of its problems otherwise."""
     problems = unstorable(raw)
-    picked, extra = _pick(raw)
+    picked, extra = _pick(raw, names)
     before = len(problems)
     title = _text(picked, "title", problems)
     if title is None and len(problems) == before:
@@ -63,6 +66,8 @@ def parse_row(raw: dict[str, Any], line: int) -> ParsedRow:
     if language is not None and len(language) > MAX_LANGUAGE_CHARS:
         problems.append(f"'language' must be at most {MAX_LANGUAGE_CHARS} characters")
     description = _text(picked, "description", problems)
+    if description is not None and looks_like_html(description):
+        description = html_to_text(description) or None  # Calibre's comments
     book_id, id_from = _id(picked, title, authors, extra, problems)
     if problems:
         raise RowError("; ".join(problems))
@@ -78,24 +83,32 @@ def parse_row(raw: dict[str, Any], line: int) -> ParsedRow:
         line=line,
     )
     read_as = {key: f for f, (key, _) in picked.items() if f not in (key, columns.ISBN)}
-    return ParsedRow(record, id_from, read_as)
+    return ParsedRow(record, id_from, read_as, frozenset(picked))
 
 
-def _pick(raw: dict[str, Any]) -> tuple[dict[str, tuple[str, Any]], dict[str, Any]]:
+def _pick(
+    raw: dict[str, Any], names: ColumnNames
+) -> tuple[dict[str, tuple[str, Any]], dict[str, Any]]:
     """field → (the key read for it, its value), and the rest: metadata. A field several keys
     stand for ('author' and 'authors') is read from the first name of its list that has a value;
-    the others stay in metadata."""
+    the others stay in metadata. A date column stands for the year only when it holds one (its
+    year is the value); else it stays in metadata as it is."""
     candidates: dict[str, list[str]] = {}
-    for key in raw:
-        f = columns.field_of(key)
+    values = dict(raw)
+    for key, value in raw.items():
+        f = names.field_of(key)
+        if f == "year" and isinstance(value, str) and columns.is_date(key):
+            if (year := columns.date_year(key, value)) is None:
+                continue
+            values[key] = year
         if f is not None:
             candidates.setdefault(f, []).append(key)
     picked: dict[str, tuple[str, Any]] = {}
     for f, keys in candidates.items():
         if len(keys) > 1:
-            keys.sort(key=columns.rank)
-        given = [k for k in keys if raw[k] is not None] or keys[:1]
-        picked[f] = (given[0], raw[given[0]])
+            keys.sort(key=names.rank)
+        given = [k for k in keys if values[k] is not None] or keys[:1]
+        picked[f] = (given[0], values[given[0]])
     used = {key for f, (key, _) in picked.items() if f != columns.ISBN}  # _id takes an ISBN
     return picked, {k: v for k, v in raw.items() if k not in used}
 
@@ -150,15 +163,20 @@ def _given_id(key: str, value: Any, problems: list[str]) -> str | None:
 
 
 def _authors(picked: dict[str, tuple[str, Any]], problems: list[str]) -> list[str]:
-    key, authors = picked.get("authors", ("authors", None))
-    if authors is None:
-        return []
-    if isinstance(authors, str):
-        return columns.split_authors(authors)
-    if not (isinstance(authors, list) and all(isinstance(a, str) for a in authors)):
-        problems.append(f"{key!r} must be a string or a list of strings, got {kind(authors)}")
-        return []
-    return [a.strip() for a in authors if a.strip()]
+    """The authors, then the further authors of a column of them (Goodreads' `Additional
+    Authors`), each name once."""
+    names: dict[str, None] = {}  # ordered set
+    for f in ("authors", columns.MORE_AUTHORS):
+        key, authors = picked.get(f, (f, None))
+        if authors is None:
+            continue
+        if isinstance(authors, str):
+            names.update(dict.fromkeys(columns.split_authors(authors)))
+        elif isinstance(authors, list) and all(isinstance(a, str) for a in authors):
+            names.update(dict.fromkeys(a.strip() for a in authors if a.strip()))
+        else:
+            problems.append(f"{key!r} must be a string or a list of strings, got {kind(authors)}")
+    return list(names)
 
 
 def _year(picked: dict[str, tuple[str, Any]], problems: list[str]) -> int | None:

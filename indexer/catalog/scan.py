@@ -5,12 +5,15 @@ columns kept as metadata) for the user to check."""
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
 from indexer.catalog import columns
+from indexer.catalog.columns import NAMES, ColumnNames
 from indexer.catalog.csv_records import csv_rows, delimiter_of
+from indexer.catalog.json_array import json_array_rows
 from indexer.catalog.jsonl_records import jsonl_rows
 from indexer.catalog.records import CatalogHeaderError, CatalogRecord, InvalidRow
 from indexer.catalog.rows import ParsedRow, RowError, parse_row
@@ -35,15 +38,26 @@ class CatalogScan:
     """Iterate for the rows; after the last, `notices()`. A CSV header that cannot be a
     catalog's raises `CatalogHeaderError` at the first row."""
 
-    def __init__(self, f: IO[bytes], name: str, fmt: str, max_row_bytes: int):
+    def __init__(
+        self, f: IO[bytes], name: str, fmt: str, max_row_bytes: int, names: ColumnNames = NAMES
+    ):
         self.name = name
-        self._rows = jsonl_rows(f, max_row_bytes) if fmt == "jsonl" else self._csv(f, max_row_bytes)
+        self._names = names
+        self._rows: Iterator[tuple[int, dict[str, Any] | str]]
+        if fmt == "jsonl":
+            self._rows = jsonl_rows(f, max_row_bytes)
+        elif fmt == "json":
+            self._rows = json_array_rows(f, max_row_bytes)
+        else:
+            self._rows = self._csv(f, max_row_bytes, tabs=fmt == "tsv")
         self._metadata: dict[str, None] = {}  # ordered set: the first row's order
         self._read_as: dict[str, str] = {}
+        self._fields: set[str] = set()  # the fields some row read from a column
         self._unnamed: list[int] = []
         self._first_derived: CatalogRecord | None = None
         self._derived_count = 0
         self._delimiter = ","
+        self._tabs = False  # tab-separated by the file's name (.tsv)
 
     def __iter__(self) -> Iterator[CatalogRecord | InvalidRow]:
         seen: dict[str, int] = {}
@@ -52,7 +66,7 @@ class CatalogScan:
                 yield InvalidRow(self.name, line, raw)
                 continue
             try:
-                parsed = parse_row(raw, line)
+                parsed = parse_row(raw, line, self._names)
             except RowError as e:
                 yield InvalidRow(self.name, line, str(e))
                 continue
@@ -84,6 +98,7 @@ class CatalogScan:
         if len(self._metadata) < _KEPT_NAMES:  # a JSONL of a new key a row stays bounded
             self._metadata.update(dict.fromkeys(parsed.record.extra))
         self._read_as.update(parsed.read_as)
+        self._fields.update(parsed.fields)
         if parsed.id_from and parsed.id_from != "id":
             self._read_as[parsed.id_from] = "the id"
         if not parsed.id_from:
@@ -92,11 +107,13 @@ class CatalogScan:
 
     def notices(self) -> list[str]:
         """One line for each: columns read as a field of another name, ids derived, columns
-        kept as metadata, columns without a name."""
+        kept as metadata, those that look like fields but were not read, columns without a
+        name."""
         out = []
         if self._delimiter != ",":
             shown = "tab" if self._delimiter == "\t" else repr(self._delimiter)
-            out.append(f"{self.name}: read as {shown}-separated (the header has no comma)")
+            why = "its name" if self._tabs else "the header has no comma"
+            out.append(f"{self.name}: read as {shown}-separated ({why})")
         if self._read_as:
             read = ", ".join(f"{k!r} as {f}" for k, f in self._read_as.items())
             out.append(f"{self.name}: read {read}")
@@ -116,13 +133,28 @@ class CatalogScan:
                 f"{self.name}: kept as metadata, not as book fields: "
                 f"{', '.join(names[:_SHOWN])}{more} (the fields: {', '.join(columns.FIELDS)})"
             )
+        # a year or a description read from one column: another like it is no surprise (a
+        # LibraryThing `Publication` beside its `Date`); further authors always are one
+        fields_read = self._fields - {"authors"}
+        guesses = {k: self._names.lookalike(k) for k in self._metadata}
+        if lookalikes := {k: g for k, g in guesses.items() if g and g not in fields_read}:
+            found = ", ".join(f"{k!r} ({g}?)" for k, g in lookalikes.items())
+            k, g = next(iter(lookalikes.items()))
+            out.append(
+                f"{self.name}: not read, though they look like book fields: {found}; to read "
+                f"one, map it: attend index --column {shlex.quote(f'{k}={g}')} (or "
+                f'ATTEND_CATALOG_COLUMNS=\'{{"{k}": "{g}"}}\')'
+            )
         if self._unnamed:
             which = ", ".join(map(str, self._unnamed))
             out.append(f"{self.name}: column(s) {which} of the header have no name: not read")
         return out
 
-    def _csv(self, f: IO[bytes], limit: int) -> Iterator[tuple[int, dict[str, Any] | str]]:
-        self._delimiter = delimiter_of(f, limit)
+    def _csv(
+        self, f: IO[bytes], limit: int, *, tabs: bool
+    ) -> Iterator[tuple[int, dict[str, Any] | str]]:
+        self._tabs = tabs
+        self._delimiter = "\t" if tabs else delimiter_of(f, limit)
         rows = csv_rows(f, limit, self._delimiter)
         for line, cells in rows:
             if isinstance(cells, str):
@@ -134,10 +166,10 @@ class CatalogScan:
         names = [c.strip() for c in cells]
         if any(_has_surrogate(n) for n in names):
             self._header_error(line, "CSV header is not valid UTF-8: save the file as UTF-8")
-        if (problem := columns.header_problem(names)) is not None:
+        if (problem := columns.header_problem(names, self._names)) is not None:
             self._header_error(line, problem)
         self._unnamed = [i for i, n in enumerate(names, start=1) if not n]
-        kinds = [columns.field_of(n) for n in names]
+        kinds = [self._names.field_of(n) for n in names]
         for line, cells in rows:
             if isinstance(cells, str):
                 yield line, cells
@@ -157,7 +189,7 @@ def _csv_row(names: list[str], kinds: list[str | None], cells: list[str]) -> dic
         return f"expected {len(names)} columns, got {len(cells)}"
     row: dict[str, Any] = {}
     for name, kind, raw in zip(names, kinds, cells, strict=True):
-        cell = raw.strip()
+        cell = columns.unwrap_formula(raw.strip()).strip()
         if not name:
             continue
         if not cell:

@@ -1,0 +1,119 @@
+"""What a catalog file is: its format from its name, then from its bytes.
+
+The name gives the format (`.jsonl`/`.ndjson` one JSON object a line, `.json` a JSON array,
+`.csv` comma-separated, `.tsv`/`.txt` tab-separated, any of them `.gz`); the bytes then have
+the last word, as the snapshot is copied (`copy_decoded`):
+
+- gzip is known by its magic bytes (1f 8b), whatever the name, and decompressed;
+- UTF-16 with a byte-order mark (LibraryThing's and Excel's "Unicode text") is converted to
+  UTF-8; UTF-16 without one (every other byte 0) is refused in one sentence naming it;
+- a JSONL or JSON file whose first character is `[` is a JSON array, one whose first is `{` one
+  object a line (`refine`).
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import zlib
+from pathlib import Path
+from typing import IO, cast
+
+from indexer.catalog.records import CatalogError
+
+FORMATS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".tab": "tsv",
+    ".txt": "tsv",
+}
+KNOWN = ".jsonl, .json, .csv or .tsv (or .gz of one)"
+NAMES = {"jsonl": "one JSON object a line", "json": "a JSON array"}
+_GZIP = b"\x1f\x8b"
+_UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+_CHUNK = 1024 * 1024
+
+
+def catalog_format(name: str | Path) -> str:
+    """ "jsonl", "json", "csv" or "tsv", from the file name's suffix (a `.gz` one's inner
+    suffix); `CatalogError` for any other."""
+    path = Path(name)
+    suffix = path.suffix.lower()
+    if suffix == ".gz":
+        suffix = Path(path.stem).suffix.lower()
+    if suffix not in FORMATS:
+        raise CatalogError([], f"{name}: unknown catalog format {suffix!r}; use {KNOWN}")
+    return FORMATS[suffix]
+
+
+def copy_decoded(source: IO[bytes], dest: IO[bytes], name: str) -> list[str]:
+    """Copy `source` into `dest` as UTF-8 text's bytes: gunzipped when it is gzip, converted
+    when it is UTF-16 with a byte-order mark. What was done, as notices."""
+    notices = []
+    head = _peek(source, 2)
+    if head == _GZIP:
+        source = cast(IO[bytes], gzip.GzipFile(fileobj=source, mode="rb"))
+        notices.append(f"{name}: decompressed (gzip)")
+    try:
+        head = _peek(source, 4)
+        if head.startswith(_UTF16_BOMS):
+            reader = codecs.getreader("utf-16")(source)  # strict
+            while text := reader.read(_CHUNK):
+                dest.write(text.encode("utf-8", "surrogatepass"))
+            notices.append(f"{name}: read as UTF-16 (its byte-order mark), converted to UTF-8")
+        else:
+            if _utf16_without_bom(head):
+                raise CatalogError(
+                    [],
+                    f"{name}: the file looks like UTF-16 without a byte-order mark; save it as "
+                    "UTF-8 (or UTF-16 with a BOM)",
+                )
+            while chunk := source.read(_CHUNK):
+                dest.write(chunk)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise CatalogError([], f"{name}: not a readable gzip file ({e or 'cut short'})") from None
+    except UnicodeDecodeError as e:
+        raise CatalogError([], f"{name}: invalid UTF-16 ({e.reason}); save it as UTF-8") from None
+    dest.flush()
+    return notices
+
+
+def refine(file: IO[bytes], fmt: str, name: str) -> tuple[str, list[str]]:
+    """The format of the decoded `file` (left at its start): a JSON file as its first
+    character says; and a notice where that is not what its name said."""
+    if fmt not in NAMES:
+        return fmt, []
+    first = _first_character(file)
+    found = {"[": "json", "{": "jsonl"}.get(first, fmt)
+    if found == fmt:
+        return fmt, []
+    return found, [f"{name}: read as {NAMES[found]} (its first character is {first!r})"]
+
+
+def _peek(f: IO[bytes], n: int) -> bytes:
+    """The next `n` bytes, the file left where it was (seekable files, and gzip's reader)."""
+    start = f.tell()
+    head = f.read(n)
+    f.seek(start)
+    return head
+
+
+def _utf16_without_bom(head: bytes) -> bool:
+    """ASCII text in UTF-16 has a NUL as every other byte; UTF-8 text has none."""
+    return len(head) == 4 and (head[1] == head[3] == 0 or head[0] == head[2] == 0)
+
+
+def _first_character(file: IO[bytes]) -> str:
+    """The first character that is not white space or a byte-order mark ("" for none)."""
+    file.seek(0)
+    try:
+        while chunk := file.read(4096):
+            text = chunk.lstrip(b" \t\r\n").removeprefix(codecs.BOM_UTF8).lstrip(b" \t\r\n")
+            if text:
+                return chr(text[0]) if text[0] < 128 else ""
+        return ""
+    finally:
+        file.seek(0)
