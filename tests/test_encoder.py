@@ -193,7 +193,15 @@ def test_a_changed_model_folder_makes_the_cache_stale(tmp_path: Path) -> None:
 
     (source / "config.json").write_text("{}", encoding="utf-8")
     os.utime(source / "config.json", ns=(0, 0))
-    assert cached_manifest(folder, source) is None  # same size, another mtime: stale too
+    assert cached_manifest(folder, source) == manifest  # the same files, touched: still valid
+    # the same model installed in another virtual environment: another path, other times
+    other = tmp_path / "other-venv" / "model"
+    other.mkdir(parents=True)
+    (other / "config.json").write_text("{}", encoding="utf-8")
+    assert cached_manifest(folder, other) == manifest
+    (other / "config.json").write_text('{"hidden_size": 8}', encoding="utf-8")  # same size
+    os.utime(other / "config.json", ns=(0, 0))
+    assert cached_manifest(folder, other) is None
 
     (folder / MANIFEST_FILE).write_text("{broken", encoding="utf-8")
     assert cached_manifest(folder, source) is None
