@@ -24,7 +24,11 @@ install-runtime: $(VENV)/.runtime
 install: $(VENV)/.dev
 
 # ATTEND_PORT / ATTEND_HOST (or a .env file) choose where it serves, as for `attend serve`.
-demo: install-runtime
+# The port is checked first (standard library only: no venv yet), so one in use fails in a
+# second, naming it, not after the install's minutes; `attend demo` binds it again itself.
+demo:
+	@$(PYTHON) -m service.port_check
+	@$(MAKE) --no-print-directory install-runtime
 	$(BIN)/attend demo
 
 lint: install

@@ -208,11 +208,12 @@ def _add_search(sub: Commands) -> None:
         "search",
         parents=[_common_options()],
         help="search the index and print the ranking",
-        description="Search the index at --database-url and print the ranking. When an "
-        "`attend serve` answers at ATTEND_HOST:ATTEND_PORT (default 127.0.0.1:8000) for that "
-        "same database (its index id and active generation) the search is asked of it, in "
-        "about a second; otherwise the model and the index are loaded here (a few seconds to "
-        "half a minute). -v says which.",
+        description="Search the index at --database-url and print the ranking. When the "
+        "`attend serve` (or `attend demo`) of that same database answers (where it recorded it "
+        "listens, beside the database, else at ATTEND_HOST:ATTEND_PORT, default "
+        "127.0.0.1:8000; its index id and active generation must be the database's) the search "
+        "is asked of it, in about a second; otherwise the model and the index are loaded here "
+        "(a few seconds to half a minute), and one line on stderr says why.",
     )
     p.add_argument("query", help="what to search for (1-512 characters)")
     p.add_argument("-k", type=int, default=10, help="results to show (1-100; default 10)")

@@ -1,14 +1,16 @@
 """`attend search` through a running `attend serve`: the answer in about a second, where loading
 the model and the index in the command itself took 23-32 s a call (issue 24).
 
-Without `--url` the command asks the server where `attend serve` would listen with the same
-settings (ATTEND_HOST, ATTEND_PORT), and only when that server serves the very index the command
-was pointed at: its /healthz names the database's identity (`index_id`, a random id written when
-the database was made) and the generation it serves, and both must be the database's own (its
-index id, its active generation) and the model the settings name. A server on another database,
-or one not yet on the newest generation, is never used silently: the command then searches in
-this process, and says why at -v. With `--url` the command asks that server, whatever database
-it serves, unless `--database-url` is given too, which it must then serve.
+Without `--url` the command asks the server that `attend serve` (or `attend demo`) of the same
+database recorded it listens at (service/server_record.py), then the one where `attend serve`
+would listen with the same settings (ATTEND_HOST, ATTEND_PORT), and only when that server serves
+the very index the command was pointed at: its /healthz names the database's identity
+(`index_id`, a random id written when the database was made) and the generation it serves, and
+both must be the database's own (its index id, its active generation) and the model the
+settings name. A server on another database, or one not yet on the newest generation, is never
+used silently: the command then searches in this process, and says why in one line. With
+`--url` the command asks that server, whatever database it serves, unless `--database-url` is
+given too, which it must then serve.
 
 Only the standard library and SQLAlchemy are imported here: no torch, no model, no FastAPI.
 """
@@ -21,7 +23,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 logger = logging.getLogger("attend")
 
@@ -34,6 +36,14 @@ SEARCH_TIMEOUT_S = 60.0
 class RemoteSearchError(RuntimeError):
     """The server asked for explicitly (`--url`) cannot be used, or refused the search (its
     4xx detail): the command's error, with what to do."""
+
+
+class ServerAnswer(NamedTuple):
+    """The server's SearchResponse as JSON, or None and why the command searches here (None
+    too where the database holds no index: the local search says what is wrong)."""
+
+    body: dict[str, Any] | None
+    why_here: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,15 +116,39 @@ def search_on_server(
     model: str,
     url: str | None = None,
     database_given: bool = False,
-) -> dict[str, Any] | None:
-    """The server's answer to GET /search with `params` (the SearchResponse as JSON), or None
-    when the command should search in this process. Raises RemoteSearchError for a `--url` that
-    cannot be used and for a search the server refuses (4xx)."""
+) -> ServerAnswer:
+    """The server's answer to GET /search with `params`, or why the command should search in
+    this process. Raises RemoteSearchError for a `--url` that cannot be used and for a search
+    the server refuses (4xx)."""
     explicit = url is not None
-    base = url.rstrip("/") if url is not None else server_url(host, port)
     local = local_identity(database_url) if not explicit or database_given else None
     if not explicit and local is None:
-        return None  # no index here: the local search says so
+        return ServerAnswer(None)  # no index here: the local search says so
+    if url is not None:
+        bases = [url.rstrip("/")]
+    else:
+        from service.server_record import recorded_url
+
+        recorded = recorded_url(database_url)
+        bases = list(dict.fromkeys(b for b in (recorded, server_url(host, port)) if b))
+    reasons = []
+    for base in bases:
+        body, why = _ask(base, params, local, model, explicit=explicit)
+        if body is not None:
+            logger.info(
+                "asked the server at %s (generation %s): no model loaded here",
+                base,
+                body.get("generation"),
+            )
+            return ServerAnswer(body)
+        reasons.append(str(why))
+    return ServerAnswer(None, "; ".join(reasons))
+
+
+def _ask(
+    base: str, params: dict[str, Any], local: IndexIdentity | None, model: str, *, explicit: bool
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The answer of the server at `base`, or why it gave none."""
     opener = _opener(explicit)
     try:
         status, health = _get(opener, f"{base}/healthz", PROBE_TIMEOUT_S)
@@ -124,34 +158,27 @@ def search_on_server(
                 f"no Attend server answers at {base} ({_reason(e)}): start one with `attend "
                 "serve`, or leave out --url to search in this process"
             ) from e
-        logger.info("no server answers at %s (%s): searching here", base, _reason(e))
-        return None
+        return None, f"no server answers at {base} ({_reason(e)})"
     problem = _not_the_same(base, status, health, local, model)
     if problem is not None:
         if explicit:
             raise RemoteSearchError(f"{problem}; leave out --url to search this database here")
-        logger.info("%s: searching here", problem)
-        return None
+        return None, problem
     query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
     try:
         status, body = _get(opener, f"{base}/search?{query}", SEARCH_TIMEOUT_S)
     except (OSError, ValueError) as e:
         if explicit:
             raise RemoteSearchError(f"the server at {base} did not answer ({_reason(e)})") from e
-        logger.warning("the server at %s did not answer (%s): searching here", base, _reason(e))
-        return None
+        return None, f"the server at {base} did not answer ({_reason(e)})"
     if 400 <= status < 500:
         detail = body.get("detail") if isinstance(body, dict) else None
         raise RemoteSearchError(str(detail or f"the server at {base} answered {status}"))
     if status != 200 or not isinstance(body, dict):
         if explicit:
             raise RemoteSearchError(f"the server at {base} answered {status}: {body}")
-        logger.warning("the server at %s answered %d: searching here", base, status)
-        return None
-    logger.info(
-        "asked the server at %s (generation %s): no model loaded here", base, body.get("generation")
-    )
-    return body
+        return None, f"the server at {base} answered {status}"
+    return body, None
 
 
 def _not_the_same(
@@ -179,6 +206,8 @@ def _not_the_same(
 
 
 def _reason(e: Exception) -> str:
+    """Why a request failed, in words ("Connection refused", not "[Errno 111] …")."""
     if isinstance(e, urllib.error.URLError):
-        return str(e.reason)
+        reason = e.reason
+        return reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
     return str(e) or type(e).__name__

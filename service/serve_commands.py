@@ -60,10 +60,14 @@ def _serve(args: argparse.Namespace, sock: socket.socket | None) -> int:
         # torch, FastAPI and the engine: seconds of imports, after the port is ours
         from service.api.main import create_app
         from service.launch import apply_serve_threads
+        from service.remote_search import server_url
+        from service.server_record import recorded
 
         apply_serve_threads(settings)
-        # an admin re-index (POST /admin/reindex) takes the writer's lock too
-        with no_lock_file_left(settings.database_url):
+        # an admin re-index (POST /admin/reindex) takes the writer's lock too; `attend search`
+        # of this database finds this server by its record, whatever ATTEND_PORT it is given
+        url = server_url(settings.host, sock.getsockname()[1])
+        with no_lock_file_left(settings.database_url), recorded(settings.database_url, url):
             if settings.engine == "ray":
                 return _serve_on_ray(settings, sock)
             server.serve(create_app(settings), settings, sock)  # uvicorn + h11 (server.py)
@@ -124,7 +128,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     response = None
     if not args.here:
         try:
-            response = search_on_server(
+            response, why_here = search_on_server(
                 params,
                 database_url=settings.database_url,
                 host=settings.host,
@@ -136,6 +140,11 @@ def cmd_search(args: argparse.Namespace) -> int:
         except RemoteSearchError as e:
             sys.stderr.write(f"attend search: {e}\n")
             return 2
+        if why_here is not None:  # one line, -v or not: the seconds that follow are explained
+            sys.stderr.write(
+                f"attend search: {why_here}: searching here, loading the model and the index "
+                "(`attend serve` of this database answers in about a second)\n"
+            )
     if response is None:
         response = _search_here(settings, params)
     sys.stdout.write(

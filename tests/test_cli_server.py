@@ -171,11 +171,45 @@ def test_url_where_nothing_answers_is_an_error(tmp_path: Path) -> None:
     assert "attend serve" in done.stderr
 
 
-def test_without_a_server_it_searches_here(server: Server) -> None:
-    done = _search(["dune"], server.env, server.folder, ATTEND_PORT=str(free_port()))
+def test_without_a_server_it_searches_here_and_says_why_in_one_line(
+    server: Server, tmp_path: Path
+) -> None:
+    """A copy of the database (its index id too) where no server's record is: no server."""
+    copy = tmp_path / "attend.db"
+    with sqlite3.connect(server.folder / "attend.db") as source, sqlite3.connect(copy) as into:
+        source.backup(into)
+    env = {**server.env, "ATTEND_DATABASE_URL": f"sqlite:///{copy}", "ATTEND_PORT": "1"}
+    done = subprocess.run(
+        [ATTEND, "search", "dune"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
-    assert "no server answers at http://127.0.0.1:" in done.stderr
-    assert LOADED in done.stderr and _titles(done.stdout)[0] == "Dune"
+    assert done.stderr.splitlines() == [
+        "attend search: no server answers at http://127.0.0.1:1 (Connection refused): searching "
+        "here, loading the model and the index (`attend serve` of this database answers in "
+        "about a second)"
+    ]
+    assert _titles(done.stdout)[0] == "Dune"
+
+
+def test_search_finds_the_server_its_database_recorded_whatever_the_port(
+    server: Server,
+) -> None:
+    """`attend serve` records where it listens beside the database: a search with ATTEND_PORT
+    unset (8000) or wrong still asks it (issue 33: 9.3 s here against 1.7 s there)."""
+    record = json.loads((server.folder / "attend.db.server").read_text(encoding="utf-8"))
+    assert record["url"] == server.url
+    unset = {k: v for k, v in server.env.items() if k != "ATTEND_PORT"}
+    for env in (unset, {**unset, "ATTEND_PORT": str(free_port())}):
+        done = _search(["desert planet spice", "-k", "1"], env, server.folder)
+        assert done.returncode == 0, done.stderr
+        assert f"{ASKED} {server.url} (generation 1)" in done.stderr
+        assert LOADED not in done.stderr and _titles(done.stdout) == ["Dune"]
 
 
 def test_a_server_behind_on_generations_or_on_another_model_is_not_asked() -> None:
