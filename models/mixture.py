@@ -31,6 +31,14 @@ from typing import cast
 import torch
 from torch import Tensor
 
+from models.candidates import (
+    check_heads,
+    exact_in_lists,
+    scored_top,
+    top_by_row,
+    union,
+    with_scored,
+)
 from models.heads import ScoredHead, TopLists
 
 
@@ -102,7 +110,7 @@ def mix_topk(
     `mask` is the one the dense heads apply, over the whole catalog: the scored heads, the
     candidates and the matched counts need it here too.
     """
-    _check_heads(scales, size, scored, pi)
+    check_heads(scales, size, scored, pi)
     B, H = pi.shape
     Hd, N = len(scales), size
     pi = pi.double().cpu()
@@ -117,9 +125,9 @@ def mix_topk(
         if Hd:
             top, lse = cast(tuple[TopLists, Tensor], (yield TopAsk(kk)))
         if scored:
-            top_s, lse_s = _scored_top(scored, k=kk, mask=mask)
+            top_s, lse_s = scored_top(scored, k=kk, mask=mask)
             top, lse = top + top_s, torch.cat([lse, lse_s], dim=1)
-        cand = _union(top)  # (B, C)
+        cand = union(top)  # (B, C)
         if entropy and ent is None:
             # one more pass over the keys, which the entropy needs anyway, also yields the
             # candidates' scores: cheaper than gathering their scattered keys
@@ -131,13 +139,13 @@ def mix_topk(
             scores = cast(Tensor, (yield ScoresAsk(cand)))
         else:
             scores = torch.empty(B, cand.shape[1], 0, dtype=torch.float64)
-        scores = _with_scored(scores, scored, cand)  # (B, C, H)
-        _exact_in_lists(scores, cand, top[:Hd])
+        scores = with_scored(scores, scored, cand)  # (B, C, H)
+        exact_in_lists(scores, cand, top[:Hd])
         logp = _candidate_logp([*scales, *(h.scale for h in scored)], scores, cand, lse, mask)
         probs = logp.exp()
         w = (probs * pi[:, None, :]).sum(-1)  # (B, C)
         w = torch.where(cand >= 0, w, -1.0)
-        pos = _top_by_row(w, min(k, w.shape[1]))  # (B, k)
+        pos = top_by_row(w, min(k, w.shape[1]))  # (B, k)
         best_w = w.gather(1, pos)  # (B, k)
         # bound on any book outside every list: Σ π_h · (k'-th weight of head h)
         # (a head whose list holds every unmasked book ends in padding of weight 0)
@@ -169,92 +177,6 @@ def mix_topk(
         entropy=ent,
         rounds=rounds,
     )
-
-
-def _check_heads(
-    scales: Sequence[float], size: int, scored: Sequence[ScoredHead], pi: Tensor
-) -> None:
-    """Raise ValueError unless π has a column per head and every scored head `size` rows."""
-    Hd, H = len(scales), pi.shape[1]
-    if Hd + len(scored) != H:
-        raise ValueError(f"π has {H} columns for {Hd} dense and {len(scored)} scored heads")
-    if any(head.scores.shape[1] != size for head in scored):
-        sizes = sorted({size, *(head.scores.shape[1] for head in scored)})
-        raise ValueError(f"heads disagree on the catalog size: {sizes}")
-
-
-def _top_by_row(w: Tensor, k: int) -> Tensor:
-    """Columns (B, k) of the k largest of w (B, C), candidates in ascending row order (−1 where
-    w is padding): by weight to float32's precision, ties by the lower row. A batch's float32
-    products move a weight by ~1e-7 (models/attention.py), so finer differences are noise, and
-    a batch must not reorder books that tie. One top-k over a distinct int64 key
-    (float32 bits, then the column reversed) instead of a stable sort: 10 µs more than a plain
-    top-k at (64, 300) here, where a stable sort cost 0.8 ms."""
-    bits = w.float().view(torch.int32).long()  # ordered as the floats for w ≥ 0; −1 below
-    key = (bits << 32) | (0xFFFFFFFF - torch.arange(w.shape[1]))  # distinct: no ties left
-    return key.topk(k, dim=-1).indices
-
-
-def _scored_top(
-    heads: Sequence[ScoredHead], *, k: int, mask: Tensor | None
-) -> tuple[TopLists, Tensor]:
-    """Per scored head its top k rows and weights; lse (B, Hs) float64."""
-    lse = torch.empty(heads[0].scores.shape[0], len(heads), dtype=torch.float64)
-    top: TopLists = []
-    for j, head in enumerate(heads):
-        logits = _scored_logits(head, mask)  # (B, N)
-        lse[:, j] = torch.logsumexp(logits, dim=-1)
-        top_logits, top_idx = logits.topk(k, dim=-1)
-        ok = torch.isfinite(top_logits)
-        top.append(
-            (
-                torch.where(ok, top_idx, -1),
-                torch.where(ok, (top_logits - lse[:, j : j + 1]).exp(), 0.0),
-                head.scores.double().gather(1, top_idx),
-            )
-        )
-    return top, lse
-
-
-def _scored_logits(head: ScoredHead, mask: Tensor | None) -> Tensor:
-    logits = head.scores.double() * head.scale  # (B, N)
-    if mask is not None:
-        logits = logits.masked_fill(~mask.cpu(), -math.inf)
-    return logits
-
-
-def _exact_in_lists(scores: Tensor, cand: Tensor, top: TopLists) -> None:
-    """Overwrite in `scores` (B, C, H) each candidate's score in the heads whose own list holds
-    it with that list's exact score: the sweep's float32 products can differ in the last bit
-    with the chunking or the shard (models/attention.py), and these are the terms that carry
-    the weight."""
-    C = cand.shape[1]
-    big = torch.iinfo(torch.long).max
-    ordered = torch.where(cand >= 0, cand, big)  # (B, C) ascending, padding last
-    for h, (idx, _, exact) in enumerate(top):
-        pos = torch.searchsorted(ordered, idx.clamp_min(0)).clamp_max(C - 1)  # (B, k)
-        b, j = ((idx >= 0) & (ordered.gather(1, pos) == idx)).nonzero(as_tuple=True)
-        scores[b, pos[b, j], h] = exact[b, j]  # a list's rows are distinct: no collisions
-
-
-def _union(top: TopLists) -> Tensor:
-    """(B, C) the distinct candidate rows of every head's list, −1 padded."""
-    allidx = torch.cat([t[0] for t in top], dim=1)  # (B, H·k)
-    rows = [torch.unique(r[r >= 0]) for r in allidx]
-    width = max(1, *(len(r) for r in rows))
-    cand = torch.full((len(rows), width), -1, dtype=torch.long)
-    for b, r in enumerate(rows):
-        cand[b, : len(r)] = r
-    return cand
-
-
-def _with_scored(scores: Tensor, scored: Sequence[ScoredHead], cand: Tensor) -> Tensor:
-    """The dense heads' candidate scores (B, C, Hd) followed by the scored heads' (B, C, H)."""
-    if not scored:
-        return scores
-    safe = cand.clamp_min(0)
-    given = [head.scores.gather(1, safe.to(head.scores.device)).cpu() for head in scored]
-    return torch.cat([scores, torch.stack(given, dim=-1).double()], dim=-1)
 
 
 def _candidate_logp(

@@ -9,7 +9,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from indexer.settings import RaySettings, StoreSettings
-from service.engine.head_weights import BookHeads, HeadScales, parse_heads, parse_scales
+from service.engine.head_weights import BookHeads, Fusion, HeadScales, parse_heads, parse_scales
 
 MIN_CHUNK = 64
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -48,21 +48,27 @@ class ServiceSettings(StoreSettings, RaySettings):
         "suite's queries; the author head's, flatter, so that an author's books all count.",
     )
     similar_heads: str = Field(
-        "title:0.05,description:0.2,lexical:0.1,author:0.6,series:2,subjects:2",
+        "title:0.05,description:0.2,lexical:0.2,author:0.6,series:2,subjects:0.2",
         description="Default head weights of similar books and recommendations (a book as the "
-        "query: its title and description keys, its description's topic terms for BM25, its "
-        "authors' other books, its series' other books and the books under one of its subject "
-        "headings, where the catalog has them). A head without evidence for the "
-        "book abstains, so a series book gets its series mates first, then its author's "
-        "books, and a standalone book its topical neighbours. Chosen on the suite's series, "
-        "topical and recommend queries.",
+        "query: its title and description keys, BM25 of its whole text, its principal authors' "
+        "other books, its series' other books and the books sharing its subject headings, "
+        "where the catalog has them), fused by rank (ATTEND_SIMILAR_FUSION). A head without "
+        "evidence for the book abstains, so a series book gets its series mates first, then its "
+        "author's books, and a standalone book its topical neighbours. Chosen on the suite's "
+        "series, topical and recommend queries.",
     )
     similar_head_scales: str = Field(
         "title:19,description:25,lexical:0.9,author:5,series:2,subjects:10",
-        description="Each head's softmax scale with a book as the query: title and description "
-        "as in a search, lexical calibrated like head_scales (4 nats over a book's topic "
-        "terms), the author and series heads flat, so that a series' tenth book still outweighs "
-        "a stranger.",
+        description="Each head's softmax scale with a book as the query: its p_h in a response, "
+        "and the ranking itself under ATTEND_SIMILAR_FUSION=mixture (rank fusion uses only "
+        "each head's order).",
+    )
+    similar_fusion: Fusion = Field(
+        "rank",
+        description="How similar books and recommendations fuse their heads: rank (each head's "
+        "weighted reciprocal rank, so that no one head's peak decides: a title head that finds "
+        "one look-alike title outweighed every other head in a mixture) or mixture "
+        "(Σ π_h softmax_h, as a search).",
     )
     key_dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
         "auto",
@@ -274,7 +280,11 @@ class ServiceSettings(StoreSettings, RaySettings):
     @property
     def similar(self) -> BookHeads:
         """Similar books' and recommendations' default head weights and scales."""
-        return BookHeads(parse_heads(self.similar_heads), parse_scales(self.similar_head_scales))
+        return BookHeads(
+            parse_heads(self.similar_heads),
+            parse_scales(self.similar_head_scales),
+            self.similar_fusion,
+        )
 
     generation_poll_s: float = Field(
         2.0,

@@ -82,27 +82,24 @@ def test_query_terms_are_the_ones_bm25s_tokenizes(
         assert index.terms(query) == [t for t in theirs if t], query
 
 
-_TOPIC_SCORES = """
+_BOOK_SCORES = """
 import hashlib
 from indexer.catalog import read_catalog
 from indexer.data import DEMO_CATALOG
-from service.engine.lexical import LexicalIndex, book_document
+from service.engine.lexical import LikeThisIndex
 books = list(read_catalog(DEMO_CATALOG))
-index = LexicalIndex(
-    [book_document(b.title, b.authors, b.description) for b in books],
-    [b.description for b in books],
-)
-print(hashlib.sha256(index.topic_scores(range(len(books))).tobytes()).hexdigest())
+index = LikeThisIndex([f"{b.title}. {b.description or ''}" for b in books])
+print(hashlib.sha256(index.scores(range(len(books))).tobytes()).hexdigest())
 """
 
 
-def test_topic_terms_do_not_depend_on_the_hash_seed() -> None:
-    """bm25s numbers its terms in a set's order; a book's topic terms broke ties of tf · idf by
-    that number, so two processes (one app and its Ray router) picked other terms for the same
-    book and ranked its similar books apart."""
+def test_books_as_queries_do_not_depend_on_the_hash_seed() -> None:
+    """bm25s numbers its terms in a set's order; the topic terms that were a book's query broke
+    ties of tf · idf by that number, so two processes (one app and its Ray router) ranked one
+    book's similar books apart. A book's BM25 of its own text must not depend on it either."""
     digests = {
         subprocess.run(
-            [sys.executable, "-c", _TOPIC_SCORES],
+            [sys.executable, "-c", _BOOK_SCORES],
             env={**os.environ, "PYTHONHASHSEED": str(seed)},
             capture_output=True,
             text=True,

@@ -9,14 +9,17 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from models.text import normalize_id
 from service.api.search_schemas import (
+    EDITIONS_TEXT,
     MAX_K,
     BookFieldsOut,
+    Edition,
     HeadShare,
     HeadsInfo,
     HeadWeights,
     Query,
     shown_title,
 )
+from service.engine.book_ranking import OWN_AUTHORS
 from service.engine.explainer import BookExplanation
 from service.engine.head_weights import HEADS, parse_heads
 from service.engine.results import BookRecord, Recommendations, SimilarBooks
@@ -150,11 +153,23 @@ class RecommendRequest(_WithHeads):
         description="Ids of disliked books: candidates like them are pushed down.",
     )
     k: int = Field(10, ge=1, le=MAX_K, description="How many recommendations.")
+    own_authors: int = Field(
+        OWN_AUTHORS,
+        ge=0,
+        le=MAX_K,
+        description="At most this many results by a liked book's principal author (the reader "
+        "knows them already); the others are held back (`held_back`). k: no limit.",
+    )
 
 
 class BookHit(BookFieldsOut):
     rank: int
-    weight: float = Field(description="Attention weight; over every candidate they sum to 1.")
+    weight: float = Field(
+        description="Attention weight; over every candidate they sum to 1. Fused by rank by "
+        "default (ATTEND_SIMILAR_FUSION): Σ_h π_h / (60 + rank_h), normalised, over each "
+        "head's top 1,000."
+    )
+    editions: list[Edition] = Field(default_factory=list, description=EDITIONS_TEXT)
 
 
 class SimilarHit(BookHit):
@@ -177,7 +192,9 @@ class SimilarResponse(BaseModel):
         description="The heads mixed, with their weights π and scales (a lexical head whose "
         "query has no term in another book abstains)."
     )
-    matched: int = Field(description="Candidates: the catalog less the book itself.")
+    matched: int = Field(
+        description="Candidates: the catalog less the book itself (and its other editions)."
+    )
     results: list[SimilarHit]
 
 
@@ -213,8 +230,16 @@ class RecommendResponse(BaseModel):
         description="The heads mixed for every liked book, with their weights π (each liked "
         "book's heads weigh π_h / |liked|) and scales."
     )
-    matched: int = Field(description="Candidates: the catalog less the liked and disliked books.")
+    matched: int = Field(
+        description="Candidates: the catalog less the liked and disliked books (and their other "
+        "editions)."
+    )
     results: list[RecommendHit]
+    own_authors: int = Field(description="The request's limit on the liked authors' books.")
+    held_back: int = Field(
+        description="Books by the liked authors that ranked among the results and were left "
+        "out for others (ask a larger `own_authors` to see them)."
+    )
 
 
 def explain_response(e: BookExplanation) -> ExplainResponse:

@@ -204,6 +204,19 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
+class Edition(BaseModel):
+    """Another edition of a result's work: the same title (or description) by the same
+    principal author. A ranking gives a work one slot, its best-ranked edition."""
+
+    id: str
+    title: str
+
+
+EDITIONS_TEXT = (
+    "The work's other editions that ranked below this one, best first: a work takes one slot."
+)
+
+
 class SearchHit(BookFieldsOut):
     rank: int = Field(description="1-based position in the whole ranking (offset included).")
     score: float = Field(
@@ -218,6 +231,7 @@ class SearchHit(BookFieldsOut):
         description="Per head with a weight: its score, the book's weight in that head alone, "
         "and its share of `weight` (the shares sum to `weight`)."
     )
+    editions: list[Edition] = Field(default_factory=list, description=EDITIONS_TEXT)
 
 
 class AuthorNamedOut(BaseModel):

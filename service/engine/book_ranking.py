@@ -33,28 +33,14 @@ The exact top-k is `models.mixture.mix_topk`'s, over the keys wherever they are:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import torch
-import torch.nn.functional as F
-from torch import Tensor
-
-from indexer.filters import Filters
-from models.heads import ScoredHead
-from models.mixture import Mixture
+from service.engine.book_attention import TASTE, rank_by_books
+from service.engine.book_works import own_authors_of, pick_slots
 from service.engine.exceptions import BookNotFoundError
 from service.engine.head_weights import (
-    AUTHOR,
-    HEADS,
-    LEXICAL,
-    SCORED_HEADS,
-    SERIES,
-    SUBJECTS,
     BookHeads,
 )
 from service.engine.mixing import hit_parts
 from service.engine.query_ranking import description_scores
-from service.engine.ranking import Component, rank
 from service.engine.results import (
     Because,
     HeadsUsed,
@@ -64,11 +50,11 @@ from service.engine.results import (
     Recommended,
     SimilarBooks,
 )
-from service.engine.scored_heads import lexical_head, restricted_head
 from service.engine.served_index import RANK_FIELD, ServedIndex
 
-DISLIKE_STRENGTH = 0.5
-TASTE = -1  # the liked book of a component that all of them ask together (their mean key)
+# A recommendation's default room for the liked books' principal authors: 3 of 10 slots; the
+# reader knows those authors already, and asks for more with `own_authors`.
+OWN_AUTHORS = 3
 
 
 def rows_of(index: ServedIndex, ids: list[str]) -> list[int]:
@@ -83,136 +69,19 @@ def rows_of(index: ServedIndex, ids: list[str]) -> list[int]:
     return rows
 
 
-@dataclass(frozen=True)
-class BooksAttention:
-    """The top-k of the liked books' heads: component j is liked book `parts[j][0]` asking head
-    `parts[j][1]` (field heads first, as mix_topk orders them)."""
-
-    mix: Mixture  # (1, k) hits; shares, probs and scores (1, k, C) per component
-    parts: list[tuple[int, str]]
-    weights: dict[str, float]  # π_h used, summed over the liked books
-    abstained: tuple[str, ...]  # heads asked for that no liked book could use
-    filters: Filters
-    # per TASTE head: (k, L) each liked book's part of the taste's score of each hit
-    taste: dict[str, list[list[float]]]
-
-
-def rank_by_books(
-    index: ServedIndex, liked: list[int], disliked: list[int], *, k: int, heads: BookHeads
-) -> BooksAttention:
-    """The exact top k of the mixture above, for catalog rows `liked` and `disliked`."""
-    asked = heads.weights
-    names = [h for h in HEADS if asked.get(h, 0) > 0]
-    L = len(liked)
-    filters = Filters(exclude=frozenset(index.books.ids[r] for r in liked + disliked))
-    mask = index.filters.batch_mask([filters])  # (N,) the catalog less L and D
-    fields = [h for h in names if h not in SCORED_HEADS]
-    restricted = {AUTHOR, SERIES, SUBJECTS} & set(names)  # they attend by description key
-    query = field_queries(index, liked, disliked, [*fields, *([RANK_FIELD] if restricted else [])])
-    one = 0 if L == 1 else TASTE  # one book, or the liked books' taste: their mean key
-    parts: list[tuple[int, str]] = []  # (liked book, head) of each component
-    comps: list[Component] = []
-    for f in fields:  # asked once, with the whole π_f: one book's key, or the taste (normalised)
-        parts.append((one, f))
-        q = F.normalize(query[f].mean(0, keepdim=True), dim=-1)  # (1, d)
-        comps.append(Component(f, heads.scales[f], [asked[f]], query=q))
-    lexical = None
-    if LEXICAL in names:
-        head, evidence, lexical = lexical_part(index, liked, disliked, heads.scales[LEXICAL], mask)
-        parts.append((one, LEXICAL))
-        comps.append(
-            Component(LEXICAL, head.scale, [asked[LEXICAL]], scored=head, evidence=[evidence])
-        )
-    mates_of = {
-        AUTHOR: index.names.author_mates,
-        SERIES: index.names.series_mates,
-        SUBJECTS: index.names.subject_mates,
-    }
-    for name, mates in mates_of.items():
-        if name in names:  # one component per liked book, each with π_h / L
-            rows = [mates(r) for r in liked]
-            head, has = restricted_head(index, query[RANK_FIELD], rows, heads.scales[name], mask)
-            for b in range(L):
-                parts.append((b, name))
-                one_book = ScoredHead(head.scores[b : b + 1], head.scale)  # (1, N)
-                comps.append(
-                    Component(
-                        name, head.scale, [asked[name] / L], scored=one_book, evidence=[has[b]]
-                    )
-                )
-    ranked = rank(index, comps, k=k, filters=[filters], mask=mask)
-    mixed, mix = ranked.mixed, ranked.mix
-    kept_parts = [parts[c] for c in mixed.columns]
-    tasted = [h for b, h in kept_parts if b == TASTE]
-    taste = taste_parts(index, tasted, mix.indices[0].tolist(), query, lexical)
-    return BooksAttention(mix, kept_parts, mixed.used[0], mixed.abstained[0], filters, taste)
-
-
-def field_queries(
-    index: ServedIndex, liked: list[int], disliked: list[int], fields: list[str]
-) -> dict[str, Tensor]:
-    """Each field's query per liked book, (L, d): its key, moved away from the disliked books'."""
-    fields = list(dict.fromkeys(fields))
-    if not fields:
-        return {}
-    L = len(liked)
-    keys = index.keys.key_rows(liked + disliked, fields)  # (F, L + D, d)
-    q = keys[:, :L]  # (F, L, d)
-    if disliked:
-        q = q - DISLIKE_STRENGTH * keys[:, L:].mean(1, keepdim=True)
-    return dict(zip(fields, q, strict=True))
-
-
-def lexical_part(
-    index: ServedIndex, liked: list[int], disliked: list[int], scale: float, mask: Tensor | None
-) -> tuple[ScoredHead, bool, Tensor]:
-    """The lexical head of the liked books together: BM25 is linear in its query, so their
-    topic terms together score the mean of their scores, and the disliked books' terms weigh
-    against them. The head, whether it has evidence, and the liked books' scores (L, N)."""
-    L = len(liked)
-    s = torch.from_numpy(index.lexical.topic_scores(liked + disliked))  # (L + D, N)
-    together = s[:L].mean(0, keepdim=True)  # (1, N)
-    head, (evidence,) = lexical_head(together, scale, mask)
-    if disliked and evidence:  # only over the books with a liked term, as without dislikes
-        shifted = together - DISLIKE_STRENGTH * s[L:].mean(0, keepdim=True)
-        head = ScoredHead(torch.where(torch.isfinite(head.scores), shifted, head.scores), scale)
-    return head, evidence, s[:L]
-
-
-def taste_parts(
-    index: ServedIndex,
-    tasted: list[str],
-    hits: list[int],
-    query: dict[str, Tensor],
-    lexical: Tensor | None,
-) -> dict[str, list[list[float]]]:
-    """Per head the liked books asked together: (k, L) each liked book's part of each hit's
-    score, from its own score of the hit (`split`)."""
-    rows = [max(i, 0) for i in hits]  # padding's parts are never read
-    if not tasted or not rows:
-        return {}
-    own: dict[str, Tensor] = {}  # head → (k, L)
-    if fields := [h for h in tasted if h != LEXICAL]:
-        hit_keys = index.keys.key_rows(rows, fields)  # (F, k, d)
-        own |= {f: hit_keys[j] @ query[f].T for j, f in enumerate(fields)}
-    if LEXICAL in tasted and lexical is not None:
-        own[LEXICAL] = lexical[:, rows].T
-    return {h: split(t).tolist() for h, t in own.items()}
-
-
-def split(scores: Tensor) -> Tensor:
-    """(k, L) liked books' scores of each hit → their parts of the taste's, summing to 1: the
-    taste's score is the mean of theirs (a field head's, before the mean key is normalised), so
-    each part is its score's share of the sum; scores ≤ 0 count 0, and where none is > 0 the
-    parts are equal."""
-    pos = scores.double().clamp_min(0)
-    total = pos.sum(-1, keepdim=True)
-    return torch.where(total > 0, pos / total.clamp_min(1e-300), 1.0 / scores.shape[-1])
+def asked_for(index: ServedIndex, k: int, liked: list[int]) -> int:
+    """How many hits to rank for k works: room for the works' other editions below them, and
+    for every book by the liked books' principal authors, which a recommendation may hold
+    back."""
+    own = {m for r in liked for m in index.names.author_mates(r)}
+    return min(len(index), 2 * k + 10 + len(own))
 
 
 def similar(index: ServedIndex, book_id: str, *, k: int, heads: BookHeads) -> SimilarBooks:
+    """The k works most like the book, one slot each (its best edition; the others listed
+    under it), the book's own editions left out."""
     (row,) = rows_of(index, [book_id])
-    att = rank_by_books(index, [row], [], k=k, heads=heads)
+    att = rank_by_books(index, [row], [], k=asked_for(index, k, []), heads=heads)
     mix = att.mix
     if (0, RANK_FIELD) in att.parts:
         desc = mix.scores[0, :, att.parts.index((0, RANK_FIELD))].tolist()
@@ -221,9 +90,18 @@ def similar(index: ServedIndex, book_id: str, *, k: int, heads: BookHeads) -> Si
         desc = description_scores(index, q, mix.indices, filters=[att.filters])[0].tolist()
     (hits,) = hit_parts(mix, [h for _, h in att.parts], [att.weights])
     weights = mix.weights[0].tolist()
+    names = index.names
+    slots, _ = pick_slots(names.works, names.principal, [i for i, _ in hits], k)
     results = [
-        RankedBook(r + 1, index.books.row(i), desc[r], weights[r], parts)
-        for r, (i, parts) in enumerate(hits)
+        RankedBook(
+            n + 1,
+            index.books.row(hits[r][0]),
+            desc[r],
+            weights[r],
+            hits[r][1],
+            index.named_books([hits[e][0] for e in below]),
+        )
+        for n, (r, below) in enumerate(slots)
     ]
     return SimilarBooks(
         id=book_id,
@@ -236,16 +114,30 @@ def similar(index: ServedIndex, book_id: str, *, k: int, heads: BookHeads) -> Si
 
 
 def recommend(
-    index: ServedIndex, liked: list[str], disliked: list[str], *, k: int, heads: BookHeads
+    index: ServedIndex,
+    liked: list[str],
+    disliked: list[str],
+    *,
+    k: int,
+    heads: BookHeads,
+    own_authors: int = OWN_AUTHORS,
 ) -> Recommendations:
+    """The k works a reader of `liked` would read next, one slot each, at most `own_authors`
+    of them by a liked book's principal author (the rest are held back, and counted)."""
     liked_rows, disliked_rows = rows_of(index, liked), rows_of(index, disliked)
-    att = rank_by_books(index, liked_rows, disliked_rows, k=k, heads=heads)
+    att = rank_by_books(
+        index, liked_rows, disliked_rows, k=asked_for(index, k, liked_rows), heads=heads
+    )
     mix = att.mix
-    ids, titles = index.books.ids, index.books.titles
+    ids, titles, names = index.books.ids, index.books.titles, index.names
+    ranked = [i for i in mix.indices[0].tolist() if i >= 0]
+    own = own_authors_of(names.principal, liked_rows)
+    slots, held = pick_slots(
+        names.works, names.principal, ranked, k, own=own, own_limit=own_authors
+    )
     results = []
-    for r, (i, w) in enumerate(zip(mix.indices[0].tolist(), mix.weights[0].tolist(), strict=True)):
-        if i < 0:
-            continue
+    for n, (r, below) in enumerate(slots):
+        w = float(mix.weights[0, r])
         shares = (mix.shares[0, r] / w).tolist() if w > 0 else [0.0] * len(att.parts)
         by_book: list[dict[str, float]] = [{} for _ in liked_rows]
         for (b, h), s in zip(att.parts, shares, strict=True):
@@ -260,7 +152,9 @@ def recommend(
             ),
             key=lambda b: -b.share,
         )
-        results.append(Recommended(r + 1, index.books.row(i), w, because))
+        book = index.books.row(ranked[r])
+        editions = index.named_books([ranked[e] for e in below])
+        results.append(Recommended(n + 1, book, w, because, editions))
     return Recommendations(
         liked=[NamedBook(ids[r], titles[r]) for r in liked_rows],
         disliked=[NamedBook(ids[r], titles[r]) for r in disliked_rows],
@@ -268,4 +162,6 @@ def recommend(
         heads=HeadsUsed(att.weights, att.abstained, heads.scales),
         matched=int(mix.matched[0]),
         results=results,
+        own_authors=own_authors,
+        held_back=held,
     )

@@ -20,6 +20,7 @@ readers. Here an author is the whole name (its tokens folded: case, accents, pun
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections import Counter
@@ -27,6 +28,7 @@ from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass
 
 from models.text import normalize_text
+from service.engine.book_works import Works, principal_authors
 
 # a title's closing marker: "(Discworld, #30)", "(The Lord of the Rings  #1)", "(Harry Potter
 # #6-7)", "(Discworld  #14; Witches #4)": each ";"-part a series and the book's number in it
@@ -131,6 +133,12 @@ class CatalogNames:
                     self._author_rows.setdefault(key, []).append(row)
                     self._display.setdefault(key, name)
             self._row_authors.append(tuple(keys))
+        self.principal = principal_authors(self._row_authors, self._author_rows)
+        self._principal_rows: dict[tuple[str, ...], list[int]] = {}
+        for row, principal in enumerate(self.principal):
+            for key in principal:
+                self._principal_rows.setdefault(key, []).append(row)
+        self.works = Works(titles, self.principal, descriptions, fold)
         self._row_series = [series_keys(t) for t in titles]
         self._series_rows: dict[str, list[int]] = {}
         for row, series in enumerate(self._row_series):
@@ -182,8 +190,9 @@ class CatalogNames:
     # ---- a book's mates
 
     def author_mates(self, row: int) -> list[int]:
-        """The other books by one of the book's authors (whole names), in catalog order."""
-        mates = {r for key in self._row_authors[row] for r in self._author_rows[key]}
+        """The other books of which one of the book's principal authors is a principal author
+        (whole names: service/engine/book_works.py), in catalog order."""
+        mates = {r for key in self.principal[row] for r in self._principal_rows[key]}
         mates.discard(row)
         return sorted(mates)
 
@@ -193,12 +202,20 @@ class CatalogNames:
         mates.discard(row)
         return sorted(mates)
 
-    def subject_mates(self, row: int) -> list[int]:
+    def subject_mates(self, row: int) -> dict[int, float]:
         """The other books that share one of the book's subject headings (folded; a heading
-        that more than a quarter of the catalog has says nothing of a book: left out)."""
-        mates = {r for key in self._row_subjects[row] for r in self._subject_rows[key]}
-        mates.discard(row)
-        return sorted(mates)
+        that more than a quarter of the catalog has says nothing of a book: left out), each
+        with how much they share: Σ over the shared headings of log(N / books under it) /
+        log N, so two headings count more than one and a rare heading more than a broad one."""
+        n = max(2, len(self._row_subjects))
+        shared: dict[int, float] = {}
+        for key in self._row_subjects[row]:
+            rows = self._subject_rows[key]
+            idf = math.log(n / len(rows)) / math.log(n)
+            for r in rows:
+                shared[r] = shared.get(r, 0.0) + idf
+        shared.pop(row, None)
+        return dict(sorted(shared.items()))
 
     # ---- a typed query
 

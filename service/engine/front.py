@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from indexer import db, store
 from indexer.book_columns import BookFields
 from service.engine import book_ranking
+from service.engine.database_errors import Reporter
 from service.engine.exceptions import BookNotFoundError, NotReadyError
 from service.engine.explainer import BookExplanation, Explainer
 from service.engine.head_weights import BookHeads
@@ -59,11 +60,19 @@ class Front:
         )
 
     async def recommend(
-        self, liked: list[str], disliked: list[str], *, k: int, heads: dict[str, float] | None
+        self,
+        liked: list[str],
+        disliked: list[str],
+        *,
+        k: int,
+        heads: dict[str, float] | None,
+        own_authors: int = book_ranking.OWN_AUTHORS,
     ) -> Recommendations:
         index, asked = self.index, self._heads(heads)
         return await self.searcher.call(
-            lambda: book_ranking.recommend(index, liked, disliked, k=k, heads=asked)
+            lambda: book_ranking.recommend(
+                index, liked, disliked, k=k, heads=asked, own_authors=own_authors
+            )
         )
 
     async def explain(self, book_id: str, query: str) -> BookExplanation:
@@ -98,7 +107,9 @@ class Front:
     def _heads(self, heads: dict[str, float] | None) -> BookHeads:
         """The request's head weights (default: ATTEND_SIMILAR_HEADS) with the service's
         scales."""
-        return BookHeads(heads, self.book_heads.scales) if heads else self.book_heads
+        if not heads:
+            return self.book_heads
+        return BookHeads(heads, self.book_heads.scales, self.book_heads.fusion)
 
 
 @contextmanager
@@ -108,6 +119,5 @@ def database_answers() -> Iterator[None]:
     try:
         yield
     except (SQLAlchemyError, db.DatabaseGoneError) as e:
-        raise NotReadyError(
-            f"the database cannot be read ({type(e).__name__}); /readyz says more"
-        ) from e
+        # the driver's text to the log (every request's: the request log has each), not out
+        raise NotReadyError(Reporter("a request's database read", quiet_s=0)(e)) from e

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
+from typing import Literal
 
 DENSE_HEADS = ("title", "description")  # one per field of the index (indexer.batches.FIELDS)
 LEXICAL = "lexical"
@@ -85,6 +86,9 @@ def _per_head(text: str, what: str) -> dict[str, tuple[float, str]]:
     return out
 
 
+# How a ranking fuses its heads (service/engine/ranking.py): "mixture", Σ_h π_h softmax_h
+# (models/mixture.py); "rank", the weighted reciprocal ranks of each head (models/rank_fusion.py).
+Fusion = Literal["mixture", "rank"]
 HeadScales = dict[str, float]  # head → softmax scale (inverse temperature), every head of HEADS
 
 
@@ -105,8 +109,9 @@ def parse_scales(text: str) -> HeadScales:
 
 @dataclass(frozen=True)
 class BookHeads:
-    """The heads of a query that is a book (similar books, recommendations): weights π and
-    scales."""
+    """The heads of a query that is a book (similar books, recommendations): weights π, scales
+    and how they are fused."""
 
     weights: dict[str, float]
     scales: HeadScales
+    fusion: Fusion = "rank"

@@ -55,6 +55,7 @@ class Hit:
     score: float  # q·k with the description key (the value's key)
     weight: float  # Σ_h π_h p_h
     heads: dict[str, HeadPart]
+    editions: tuple[int, ...] = ()  # rows of the work's other editions ranked below it
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,8 @@ def rank_queries(
     filters: Sequence[Filters] | None = None,
 ) -> list[Ranking]:
     """For each query (row of q (B, d), its text, its head weights and filters): the exact
-    top k of the heads' mixture, with every hit's per-head breakdown."""
+    top k works of the heads' mixture (one slot a work, its best edition: `Hit.editions`
+    lists the others), with every hit's per-head breakdown."""
     B = q.shape[0]
     if len(index) == 0:
         return [Ranking([], 0, dict(h), (), 0.0, 0) for h in heads]
@@ -90,7 +92,7 @@ def rank_queries(
     ranked = rank(
         index,
         components(index, q, texts, named=named, heads=heads, scales=scales, mask=mask),
-        k=k,
+        k=min(len(index), 2 * k + 10),  # room for the editions that share a slot
         filters=filters,
         mask=mask,
         entropy=True,
@@ -104,9 +106,19 @@ def rank_queries(
     entropy, matched = mix.entropy.tolist(), mix.matched.tolist()
     hits = hit_parts(mix, mixed.components, mixed.used)
     descs, weights = desc.tolist(), mix.weights.tolist()
+    works = index.names.works
+
+    def one_slot(b: int) -> list[Hit]:
+        at = {row: r for r, (row, _) in enumerate(hits[b])}
+        slots = works.one_slot(row for row, _ in hits[b])[:k]
+        return [
+            Hit(row, descs[b][at[row]], weights[b][at[row]], hits[b][at[row]][1], tuple(below))
+            for row, below in slots
+        ]
+
     return [
         Ranking(
-            [Hit(row, descs[b][r], weights[b][r], parts) for r, (row, parts) in enumerate(hits[b])],
+            one_slot(b),
             int(matched[b]),
             mixed.used[b],
             mixed.abstained[b],

@@ -19,6 +19,8 @@ from torch import Tensor
 from indexer.filters import Filters
 from models.heads import DenseHeads, ScoredHead
 from models.mixture import Answer, MixSteps, Mixture, ScoresAsk, TopAsk, mix_topk
+from models.rank_fusion import fuse_ranks
+from service.engine.head_weights import Fusion
 from service.engine.mixing import Mixed
 from service.engine.served_index import ServedIndex
 
@@ -58,9 +60,12 @@ def rank(
     filters: Sequence[Filters],
     mask: Tensor | None,
     entropy: bool = False,
+    fusion: Fusion = "mixture",
 ) -> Ranked:
-    """The exact top k of Σ_c π_c softmax(scale_c · logits_c) for each query of the batch, the
-    dense components first (as mix_topk takes them); `mask` is `filters`' mask."""
+    """The exact top k of each query of the batch, the dense components first: by
+    Σ_c π_c softmax(scale_c · logits_c) (`fusion="mixture"`, models/mixture.py), or by the
+    weighted reciprocal ranks of each component's softmax (`"rank"`, models/rank_fusion.py);
+    `mask` is `filters`' mask."""
     if any(c.dense for c in components[sum(c.dense for c in components) :]):
         raise ValueError("the dense components come first")
     B = len(filters)
@@ -81,7 +86,8 @@ def rank(
         q, [(c.head, c.scale) for c in kept if c.dense], filters=filters, mask=mask
     )
     scored = [c.scored for c in kept if c.scored is not None]
-    steps = mix_topk(dense.scales, dense.size, scored, mixed.pi, k=k, mask=mask, entropy=entropy)
+    fuse = fuse_ranks if fusion == "rank" else mix_topk
+    steps = fuse(dense.scales, dense.size, scored, mixed.pi, k=k, mask=mask, entropy=entropy)
     return Ranked(mixed, kept, run_mixture(dense, steps))
 
 

@@ -45,8 +45,9 @@ class RankedBook:
     rank: int  # 1-based, in the whole ranking
     book: BookFields
     score: float  # q·k with the description key
-    weight: float  # Σ_h π_h p_h
+    weight: float  # the fused weight: Σ_h π_h p_h (a mixture), or its rank fusion's
     heads: dict[str, HeadPart]
+    editions: tuple[NamedBook, ...] = ()  # the work's other editions the ranking found below it
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class Recommended:
     book: BookFields
     weight: float
     because: list[Because]  # largest share first
+    editions: tuple[NamedBook, ...] = ()  # the work's other editions the ranking found below it
 
 
 @dataclass(frozen=True)
@@ -121,3 +123,5 @@ class Recommendations:
     heads: HeadsUsed
     matched: int
     results: list[Recommended]
+    own_authors: int  # at most this many results by a liked book's principal author
+    held_back: int  # books by them the ranking had in the top k, left out for others

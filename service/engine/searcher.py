@@ -292,6 +292,7 @@ class Searcher:
                     hit.score,
                     hit.weight,
                     hit.heads,
+                    index.named_books(hit.editions),
                 )
                 for i, hit in enumerate(page)
             ],

@@ -23,7 +23,8 @@ from models.device import pick_device
 from models.heads import DenseHeads
 from models.keys import DenseHeadSpec, LocalKeys
 from service.engine.catalog_names import CatalogNames
-from service.engine.lexical import LexicalIndex, book_document
+from service.engine.lexical import LexicalIndex, LikeThisIndex, book_document
+from service.engine.results import NamedBook
 
 RANK_FIELD = "description"  # the field whose keys score a hit (`score` in a response)
 
@@ -52,15 +53,22 @@ class KeyStore(Protocol):
 
 def lexical_index(books: BookColumns, descriptions: Sequence[str | None] | None) -> LexicalIndex:
     """The lexical head's BM25 over the books' title, authors and (row-aligned `descriptions`,
-    when given) description; a book's topic terms come from its description (its title
-    without one)."""
-    texts = [(descriptions[i] if descriptions else None) or t for i, t in enumerate(books.titles)]
+    when given) description."""
     return LexicalIndex(
         [
             book_document(title, authors, descriptions[i] if descriptions else None)
             for i, (title, authors) in enumerate(zip(books.titles, books.authors, strict=True))
-        ],
-        topics=texts,
+        ]
+    )
+
+
+def like_this_index(books: BookColumns, descriptions: Sequence[str | None] | None) -> LikeThisIndex:
+    """The lexical head of a book as the query: BM25 over "<title>. <description>"."""
+    return LikeThisIndex(
+        [
+            f"{title}. {d}" if (d := descriptions[i] if descriptions else None) else title
+            for i, title in enumerate(books.titles)
+        ]
     )
 
 
@@ -80,6 +88,7 @@ class ServedIndex:
         self.generation = index.generation  # the snapshot of the catalog these keys are
         self.keys = keys
         self.lexical = lexical_index(index.books, descriptions)
+        self.like_this = like_this_index(index.books, descriptions)
         self.names = CatalogNames(
             index.books.titles, index.books.authors, descriptions, subjects=subjects
         )
@@ -113,6 +122,10 @@ class ServedIndex:
     @property
     def dim(self) -> int:
         return self.keys.dim
+
+    def named_books(self, rows: Sequence[int]) -> tuple[NamedBook, ...]:
+        """The books of catalog rows `rows`, by id and title."""
+        return tuple(NamedBook(self.books.ids[r], self.books.titles[r]) for r in rows)
 
     def row_of(self, book_id: str) -> int | None:
         """The row of `book_id`, None when it is not in the index."""

@@ -47,5 +47,11 @@ async def similar_books(
 async def recommend(body: RecommendRequest, front: FrontDep) -> RecommendResponse:
     """Books ranked by the attention they receive from the liked books' heads; each result says
     how much of its weight came from each liked book, and through which head."""
-    found = await front.recommend(body.liked, body.disliked, k=body.k, heads=body.head_weights())
+    found = await front.recommend(
+        body.liked,
+        body.disliked,
+        k=body.k,
+        heads=body.head_weights(),
+        own_authors=body.own_authors,
+    )
     return recommend_response(found)

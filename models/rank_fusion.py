@@ -1,0 +1,129 @@
+"""Exact top-k of a rank fusion of attention heads: weight_i = Σ_h π_h c_h(i) / Z, with
+c_h(i) = 1 / (k₀ + rank_h(i)) for the books in head h's top `depth`, 0 beyond it.
+
+Why not the mixture Σ_h π_h softmax_h (models/mixture.py): a softmax's peak follows its head's
+spread, not its weight. One title head that finds a single near-identical title ("The Glass
+Castle" → "Glass House", p = 0.99) outweighs every flat head however small its π. Ranks know
+nothing of a head's spread, so here no single head's peak decides: a book's weight is what each
+head's ordering of the catalog says of it, in proportion to π. This is reciprocal-rank fusion
+(Cormack et al. 2009, k₀ = 60), weighted and normalised into a distribution over the books. A
+book in no head's top `depth` gets weight 0; the weights sum to 1 over the rest.
+
+Each head h is still scaled dot-product attention over the whole catalog (a dense head's
+logits scale_h · q_h K_hᵀ, a scored head's scale_h · s_h): its top `depth` are exact, and so
+are the ranks. The shares π_h c_h(i) / Z sum to the weight over h, and p_h(i) = c_h(i) / Σ_j
+c_h(j) is the book's weight in head h alone (its rank distribution).
+
+One round, through the same asks as the mixture (`TopAsk`, then `ScoresAsk` for the
+candidates' raw scores that a response shows): the caller answers them wherever the keys are
+(service/engine/ranking.py `run_mixture`), and every candidate's ranks come from the lists
+themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+import torch
+from torch import Tensor
+
+from models.candidates import (
+    check_heads,
+    exact_in_lists,
+    scored_top,
+    top_by_row,
+    union,
+    with_scored,
+)
+from models.heads import ScoredHead, TopLists
+from models.mixture import MixSteps, Mixture, ScoresAsk, TopAsk
+
+RRF_K = 60  # k₀: Cormack et al.'s constant, and the reader's own RRF's
+DEPTH = 1000  # each head's list: a book past a head's 1,000th place gets nothing from it
+
+
+def fuse_ranks(
+    scales: Sequence[float],
+    size: int,
+    scored: Sequence[ScoredHead],
+    pi: Tensor,
+    *,
+    k: int,
+    mask: Tensor | None = None,
+    entropy: bool = False,
+    depth: int = DEPTH,
+    k0: float = RRF_K,
+) -> MixSteps:
+    """The exact top-k books of the rank fusion above, π (B, Hd + Hs) with rows summing to 1:
+    the dense heads (one scale each, over `size` rows) first, then the scored heads. A
+    generator like `models.mixture.mix_topk`, and returns the same `Mixture` (its `logsumexp`
+    is each head's, as there; `entropy` is of the weights, which are 0 outside the lists)."""
+    check_heads(scales, size, scored, pi)
+    B, H = pi.shape
+    Hd = len(scales)
+    pi = pi.double().cpu()
+    mask = None if mask is None else mask.to(dtype=torch.bool)
+    kk = min(size, max(depth, k))
+    top: TopLists = []
+    lse = torch.empty(B, 0, dtype=torch.float64)
+    if Hd:
+        top, lse = cast(tuple[TopLists, Tensor], (yield TopAsk(kk)))
+    if scored:
+        top_s, lse_s = scored_top(scored, k=kk, mask=mask)
+        top, lse = top + top_s, torch.cat([lse, lse_s], dim=1)
+    cand = union(top)  # (B, C)
+    if Hd:
+        scores = cast(Tensor, (yield ScoresAsk(cand)))
+    else:
+        scores = torch.empty(B, cand.shape[1], 0, dtype=torch.float64)
+    scores = with_scored(scores, scored, cand)  # (B, C, H)
+    exact_in_lists(scores, cand, top[:Hd])
+    c = reciprocal_ranks(cand, top, k0)  # (B, C, H)
+    raw = c * pi[:, None, :]  # (B, C, H)
+    total = raw.sum((1, 2), keepdim=True).clamp_min(1e-300)  # (B, 1, 1)
+    shares = raw / total
+    probs = c / c.sum(1, keepdim=True).clamp_min(1e-300)  # each head's own distribution
+    w = torch.where(cand >= 0, shares.sum(-1), -1.0)  # (B, C)
+    pos = top_by_row(w, min(k, w.shape[1]))  # (B, k)
+    best_w = w.gather(1, pos)
+    found = best_w > 0
+    ent = None
+    if entropy:
+        live = w.clamp_min(0)
+        ent = -torch.where(live > 0, live * live.clamp_min(1e-300).log(), 0.0).sum(-1)
+    if mask is None:
+        matched = torch.full((B,), size, dtype=torch.long)
+    else:
+        matched = mask.cpu().sum(-1).expand(B) if mask.dim() == 1 else mask.cpu().sum(-1)
+    sel = pos[:, :, None].expand(-1, -1, H)
+    return Mixture(
+        indices=torch.where(found, cand.gather(1, pos), -1),
+        weights=torch.where(found, best_w, 0.0),
+        shares=torch.where(found[:, :, None], shares.gather(1, sel), 0.0),
+        probs=torch.where(found[:, :, None], probs.gather(1, sel), 0.0),
+        scores=torch.where(found[:, :, None], scores.gather(1, sel), -torch.inf).float(),
+        logsumexp=lse,
+        matched=matched,
+        entropy=ent,
+        rounds=1,
+    )
+
+
+def reciprocal_ranks(cand: Tensor, top: TopLists, k0: float) -> Tensor:
+    """(B, C, H) float64: 1 / (k₀ + rank) of each candidate in each head's list, 0 where the
+    list does not hold it. cand (B, C) ascending, −1 padded (`union`'s). A list is best first;
+    books of equal score share the best rank of their tie (1 + the books scored above), so the
+    order a list gives its ties (a shard's merge, a batch) moves no weight."""
+    B, C = cand.shape
+    out = torch.zeros(B, C, len(top), dtype=torch.float64)
+    big = torch.iinfo(torch.long).max
+    ordered = torch.where(cand >= 0, cand, big)
+    for h, (idx, _, exact) in enumerate(top):
+        # (B, k) 1-based competition ranks: the first place in the list with the same score
+        s = torch.where(idx >= 0, -exact, torch.inf).contiguous()  # ascending
+        rank = torch.searchsorted(s, s, side="left") + 1
+        pos = torch.searchsorted(ordered, idx.clamp_min(0)).clamp_max(C - 1)  # (B, k)
+        b, j = ((idx >= 0) & (ordered.gather(1, pos) == idx)).nonzero(as_tuple=True)
+        out[b, pos[b, j], h] = 1.0 / (k0 + rank[b, j].double())
+    return out

@@ -1,0 +1,126 @@
+"""What a book is beyond its row: its principal authors, and its work (the editions of one book).
+
+**Principal authors.** A catalog credits every contributor: a foreword writer (*Nineteen
+Eighty-Four* with Thomas Pynchon's foreword), a translator, the eighteen writers of an
+anthology. As evidence that two books are alike only the principal authors count: the first
+credited name, and any other name credited on most of the first one's books (Margaret Weis and
+Tracy Hickman, who write together). So Pynchon's novels are not *Nineteen Eighty-Four*'s author
+mates, nor is it theirs.
+
+**Works.** Editions of one book (a paperback and a hardcover, a reissue) are one work: the same
+title (folded, its closing parenthetical, "(Discworld #4)" or "(Penguin Classics)", dropped)
+or the same description, by the same first principal author. The catalog alone says it, at
+load; a ranking gives a work one slot, its best edition, and lists the others under it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+AuthorKey = tuple[str, ...]  # a name's folded words (service/engine/catalog_names.py fold)
+
+_CLOSING = re.compile(r"\s*\([^()]*\)\s*$")
+MIN_SHARED_DESCRIPTION = 80  # characters: a blurb that long, word for word, is one edition's
+
+
+def principal_authors(
+    row_authors: Sequence[Sequence[AuthorKey]], author_rows: Mapping[AuthorKey, Sequence[int]]
+) -> list[tuple[AuthorKey, ...]]:
+    """Each row's principal authors, from every row's credited names in order and each name's
+    rows."""
+    out: list[tuple[AuthorKey, ...]] = []
+    for keys in row_authors:
+        if not keys:
+            out.append(())
+            continue
+        first = set(author_rows[keys[0]])
+        co = [k for k in keys[1:] if 2 * len(first.intersection(author_rows[k])) > len(first)]
+        out.append((keys[0], *co))
+    return out
+
+
+class Works:
+    """Each row's work: rows with one work id are editions of one book."""
+
+    def __init__(
+        self,
+        titles: Sequence[str],
+        principal: Sequence[Sequence[AuthorKey]],
+        descriptions: Sequence[str | None] | None,
+        fold: Callable[[str], list[str]],
+    ):
+        n = len(titles)
+        parent = list(range(n))
+
+        def find(r: int) -> int:
+            while parent[r] != r:
+                parent[r] = parent[parent[r]]
+                r = parent[r]
+            return r
+
+        first_of: dict[tuple[str, ...], int] = {}
+        for row, title in enumerate(titles):
+            if not principal[row]:
+                continue  # no author to tell two books of one title apart
+            by = principal[row][0]
+            keys = [("title", " ".join(fold(_CLOSING.sub("", title) or title)), *by)]
+            text = (descriptions[row] or "") if descriptions else ""
+            if len(text) >= MIN_SHARED_DESCRIPTION:
+                keys.append(("description", " ".join(fold(text)), *by))
+            for key in keys:
+                other = first_of.setdefault(key, row)
+                parent[find(row)] = find(other)
+        self.work = [find(r) for r in range(n)]  # a work's id: one of its rows
+        self._editions: dict[int, list[int]] = {}
+        for row, work in enumerate(self.work):
+            self._editions.setdefault(work, []).append(row)
+
+    def editions(self, row: int) -> list[int]:
+        """The other editions of the row's work, in catalog order."""
+        return [r for r in self._editions[self.work[row]] if r != row]
+
+    def one_slot(self, rows: Iterable[int]) -> list[tuple[int, list[int]]]:
+        """Ranked rows (best first) → one entry a work: its best-ranked row and the work's
+        other rows among `rows`, in their order."""
+        slots: dict[int, tuple[int, list[int]]] = {}
+        for row in rows:
+            work = self.work[row]
+            if work in slots:
+                slots[work][1].append(row)
+            else:
+                slots[work] = (row, [])
+        return list(slots.values())
+
+
+def own_authors_of(principal: Sequence[Sequence[AuthorKey]], rows: Iterable[int]) -> set[AuthorKey]:
+    """The principal authors of the books `rows`."""
+    return {key for r in rows for key in principal[r]}
+
+
+def pick_slots(
+    works: Works,
+    principal: Sequence[Sequence[AuthorKey]],
+    ranked: Sequence[int],
+    k: int,
+    *,
+    own: set[AuthorKey] | None = None,
+    own_limit: int | None = None,
+) -> tuple[list[tuple[int, list[int]]], int]:
+    """The first k works of the ranked rows, each as (its position in `ranked`, the positions
+    of its other editions), and how many works were held back to make room for others: at
+    most `own_limit` of the works whose principal authors include one of `own` (a
+    recommendation's liked authors) take a slot."""
+    at = {row: i for i, row in enumerate(ranked)}
+    out: list[tuple[int, list[int]]] = []
+    taken = held = 0
+    for row, editions in works.one_slot(ranked):
+        if len(out) == k:
+            break
+        if own and own_limit is not None and own.intersection(principal[row]):
+            if taken >= own_limit:
+                held += 1
+                continue
+            taken += 1
+        out.append((at[row], [at[r] for r in editions]))
+    return out, held
