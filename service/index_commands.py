@@ -95,6 +95,10 @@ def cmd_index(args: argparse.Namespace) -> int:
         f"{' (resumed an interrupted run)' if report.resumed else ''} "
         f"-> {shown(settings.database_url)}\n"
     )
+    if args.command == "index":  # `attend demo` serves next itself
+        from service.cli_stats import next_step
+
+        sys.stdout.write(f"next: {next_step(settings.database_url)}\n")
     return 0
 
 
