@@ -157,6 +157,36 @@ def recommend_rankings(
     return {row: [r[:K] for r in rs] for row, rs in out.items()}
 
 
+def served_recommend(
+    index: ServedIndex, default: BookHeads, base: Baselines, pairs: Sequence[Pair]
+) -> dict[str, Rankings]:
+    """Each pair's top 10 as a reader asking with the service's defaults sees it: Attend's
+    `book_ranking.recommend` with the default similar heads and k = 10 (the route's default),
+    and the baselines' rankings less only the liked books themselves (the liked authors' other
+    books stay, unlike in `recommend_rankings`)."""
+    ids = index.books.ids
+    row_of = {book_id: i for i, book_id in enumerate(ids)}
+    answers = [
+        book_ranking.recommend(index, [ids[r] for r in p.liked], [], k=10, heads=default)
+        for p in pairs
+    ]
+    liked = np.array([p.liked for p in pairs])  # (P, 2)
+    mean = base.embeddings[liked].mean(axis=1)  # (P, d)
+    mean /= np.linalg.norm(mean, axis=1, keepdims=True)
+    dense = mean @ base.embeddings.T  # (P, N)
+    lexical = base.bm25.scores([base.documents[r] for r in liked.ravel()])  # (2P, N)
+    lexical = lexical.reshape(len(pairs), 2, -1).sum(axis=1)
+    for scores in (dense, lexical):
+        scores[np.arange(len(pairs))[:, None], liked] = -np.inf
+    out = {
+        "attend": [[row_of[hit.book.id] for hit in a.results] for a in answers],
+        "dense": top(dense, 1000),
+        "bm25": top(lexical, 1000),
+    }
+    out["rrf"] = rrf(out["dense"], out["bm25"])
+    return {row: [r[:10] for r in rs] for row, rs in out.items()}
+
+
 def _without(ranked: list[int], pair: Pair) -> list[int]:
     gone = {*pair.liked, *pair.removed}
     return [r for r in ranked if r not in gone]
