@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from service.cli_stats import cmd_stats
 from service.index_commands import cmd_db, cmd_delete, cmd_index
 from service.serve_commands import cmd_demo, cmd_search, cmd_serve
 
@@ -84,7 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="count", default=0, help="log INFO lines too (-vv: DEBUG)"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in (_add_index, _add_delete, _add_serve, _add_demo, _add_search, _add_db):
+    for add_command in (
+        _add_index,
+        _add_delete,
+        _add_serve,
+        _add_demo,
+        _add_search,
+        _add_stats,
+        _add_db,
+    ):
         add_command(sub)
     return parser
 
@@ -244,6 +253,19 @@ def _add_search(sub: Commands) -> None:
         help="never ask a server: load the model and the index in this command",
     )
     p.set_defaults(func=cmd_search)
+
+
+def _add_stats(sub: Commands) -> None:
+    p = sub.add_parser(
+        "stats",
+        parents=[_common_options()],
+        help="what the index holds: books, generations, fields, authors and years",
+        description="Say in a few lines what the index at --database-url holds: the database "
+        "and the model, the active generation and the catalog it came from, the generations "
+        "kept, the books with a description, authors and a year (the years' range), the "
+        "fields embedded, and what to run next. Loads no model.",
+    )
+    p.set_defaults(func=cmd_stats)
 
 
 def _add_db(sub: Commands) -> None:

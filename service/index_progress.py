@@ -1,16 +1,15 @@
-"""How `attend index` shows a run's progress: a tqdm bar on a terminal's stderr, else a log
-line every 5 s at INFO (-v)."""
+"""How `attend index` shows a run's progress: a tqdm bar on a terminal's stderr, else (a log
+file, CI, a pipe) a line on stderr every 5 s of the indexing, and a last one at its end once
+one was written: a run of a few seconds writes none."""
 
 from __future__ import annotations
 
-import logging
+import sys
 import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from indexer.progress import ProgressSnapshot
-
-logger = logging.getLogger("attend")
 
 
 class ProgressBar:
@@ -19,7 +18,7 @@ class ProgressBar:
     def __init__(self) -> None:
         from tqdm import tqdm
 
-        self._bar = tqdm(total=0, unit="book", desc="loading the model")
+        self._bar = tqdm(total=0, unit="book", desc="starting")
 
     def update(self, p: ProgressSnapshot) -> None:
         if p.state == "validating":
@@ -37,22 +36,32 @@ class ProgressBar:
         self._bar.close()
 
 
-_last_log = [0.0]
+LINE_EVERY_S = 5.0
+
+
+class _Lines:
+    """The run whose lines are being written (its start) and when the last was."""
+
+    started = 0.0
+    last = 0.0
+    written = False
 
 
 def log_progress(p: ProgressSnapshot) -> None:
-    """Without a terminal: a log line at most every 5 s."""
-    recent = time.monotonic() - _last_log[0] < 5
-    if p.state != "indexing" or not p.done or (recent and p.done < p.total):
+    """Without a terminal: a line on stderr every LINE_EVERY_S of the indexing (not only at -v:
+    a run of minutes is otherwise silent until its summary)."""
+    if p.state != "indexing" or not p.done:
         return
-    _last_log[0] = time.monotonic()
-    eta = f"{p.eta_s:.0f} s" if p.eta_s is not None else "?"
-    logger.info(
-        "generation %s: %d/%d books (%.1f books/s, ETA %s), %d texts embedded",
-        p.generation,
-        p.done,
-        p.total,
-        p.books_per_second,
-        eta,
-        p.embedded,
+    now = time.monotonic()
+    if _Lines.started != p.started:  # a new run
+        _Lines.started, _Lines.last, _Lines.written = p.started, now, False
+    end = p.done >= p.total
+    if not (now - _Lines.last >= LINE_EVERY_S or (end and _Lines.written)):
+        return
+    _Lines.last, _Lines.written = now, not end
+    eta = f", ETA {p.eta_s:.0f} s" if p.eta_s is not None and not end else ""
+    sys.stderr.write(
+        f"attend index: generation {p.generation}: {p.done:,}/{p.total:,} books "
+        f"({p.books_per_second:.1f} books/s{eta}), {p.embedded:,} texts embedded\n"
     )
+    sys.stderr.flush()

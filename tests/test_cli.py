@@ -326,8 +326,14 @@ def test_search_shows_heads_and_match_strength(
 
     assert main(["search", "hacker in cyberspace", "--heads", "description:1", "-k", "2"]) == 0
     out = capsys.readouterr()
-    # nothing on stderr, but the warning that the model is being exported, the first time
-    assert [line for line in out.err.splitlines() if " to ONNX into " not in line] == []
+    # on stderr only why it searches here (no server), and the warning that the model is being
+    # exported, the first time
+    (why,) = [line for line in out.err.splitlines() if " to ONNX into " not in line]
+    assert why.startswith("attend search: no server answers at http://127.0.0.1:")
+    assert why.endswith(
+        ": searching here, loading the model and the index (`attend serve` of this database "
+        "answers in about a second)"
+    )
     lines = out.out.splitlines()
     assert lines[0].startswith("'hacker in cyberspace': 3 of 3 books matched; heads description:1;")
     strength = float(lines[0].rsplit("match strength ", 1)[1])
