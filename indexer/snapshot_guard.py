@@ -35,7 +35,7 @@ def empty_message(path: str | Path, rejected: list[InvalidRow]) -> str:
     return (
         f"{path} holds no valid book: {why}. As a snapshot it would remove every book of the "
         "index, so nothing was written; check that it is the catalog you meant (its format "
-        "must match its .jsonl or .csv suffix, uncompressed), or remove books with "
+        "must match its suffix: .jsonl, .json, .csv or .tsv, or .gz of one), or remove books with "
         "`attend delete ID …`"
     )
 
