@@ -247,6 +247,10 @@ def _fill(
             session=session, generation=generation, rejected=len(report.rejected)
         )
         report.activated = counts.changed
+        # the generation's counts, as its row holds them: a resumed run wrote only part of it,
+        # and counted the books the interrupted one had written "unchanged" (issue 32)
+        report.added, report.updated, report.removed = counts.added, counts.updated, counts.removed
+        report.unchanged = report.books - counts.added - counts.updated
         report.generation = store.active_generation_id(session=session)
         store.set_metadata(
             session=session,

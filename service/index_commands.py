@@ -20,6 +20,7 @@ from service.command_database import (
     sqlite_file,
 )
 from service.index_progress import ProgressBar, log_progress
+from service.interrupts import Interrupted, stopping_on_signals
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -34,6 +35,20 @@ class RayMissingError(RuntimeError):
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    """`attend index`, which Ctrl-C or SIGTERM end with one line, the lock file removed and the
+    generation being built left building for the same command to resume (service/interrupts.py)."""
+    with stopping_on_signals():
+        try:
+            return _index_command(args)
+        except Interrupted as e:
+            sys.stderr.write(
+                f"attend {args.command}: stopped by {e.signal_name}; the batches written are "
+                "kept, and the same command resumes the run\n"
+            )
+            return e.exit_status
+
+
+def _index_command(args: argparse.Namespace) -> int:
     from indexer import db
     from indexer.catalog import CatalogError, CatalogHeaderError, CatalogSnapshot
     from indexer.settings import IndexSettings
