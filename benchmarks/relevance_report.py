@@ -126,8 +126,8 @@ def _works(f: Figures) -> list[str]:
     kinds = list(f.works)
     lines = [
         "",
-        "distinct works in the top 10 (mean; a work = normalised title + first author) / "
-        "share of top 10s holding two editions of one work",
+        "distinct works in the top 10 (mean; a work = normalised title + first author; fewer "
+        "where a row returns fewer books) / share of top 10s holding two editions of one work",
         f"{'':<12}" + "".join(f"{k:>15}" for k in kinds),
     ]
     for row in ALL_ROWS:
