@@ -14,6 +14,7 @@ from service.command_database import no_lock_file_left, open_index, overrides
 from service.index_commands import cmd_index
 
 logger = logging.getLogger("attend")
+NO_STRONG_MATCH_BELOW = 0.55  # the engine's (service/engine/searcher.py), not imported: torch
 
 
 SERVE_OPTIONS = (
@@ -182,10 +183,15 @@ def table(response: dict[str, Any]) -> str:
         f"matched; heads {heads}; match strength {response['match_strength']:.2f}",
     ]
     if response["no_strong_match"]:
-        lines.append(
-            "no strong match: the best book weighs little more than under a uniform weight "
-            "(match strength under 0.55), so these are weak answers"
+        # the flag has two causes (service/api/search_schemas.py); a strength of 1.00 above
+        # it (one book matched, or one far ahead) made "under 0.55" a contradiction (issue 33)
+        why = (
+            "the best book weighs little more than under a uniform weight (match strength "
+            "under 0.55)"
+            if response["match_strength"] < NO_STRONG_MATCH_BELOW
+            else "no word of the query occurs in any book"
         )
+        lines.append(f"no strong match: {why}, so these are weak answers")
     lines.append(f"{'rank':>4}  {'weight':>7}  {'score':>6}  title")
     for hit in response["results"]:
         names = hit["authors"]

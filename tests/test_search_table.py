@@ -1,0 +1,38 @@
+"""Issue 33: `attend search`'s table says why there is no strong match, without contradicting
+its own header: one book matched by `--author` has match strength 1.00, so a query of no
+catalog word is flagged for that, not for a strength "under 0.55". In-process, the fake
+encoder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import FakeEncoder, write_jsonl
+from service.cli import main
+
+BOOKS: list[dict[str, object]] = [
+    {"id": "dune", "title": "Dune", "authors": ["Frank Herbert"], "description": "Spice."},
+    {"id": "emma", "title": "Emma", "authors": ["Jane Austen"], "description": "A matchmaker."},
+    {"id": "hobbit", "title": "The Hobbit", "authors": ["J. R. R. Tolkien"]},
+]
+
+
+def test_no_strong_match_names_its_cause(
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("ATTEND_DATABASE_URL", database_url)
+    monkeypatch.setattr("service.engine.startup.build_encoder", lambda settings: FakeEncoder())
+    assert main(["index", str(write_jsonl(tmp_path / "books.jsonl", BOOKS))]) == 0
+    capsys.readouterr()
+    assert main(["search", "qwertyuiop", "--author", "herbert", "--here"]) == 0
+    header, flag, *_ = capsys.readouterr().out.splitlines()
+    assert "1 of 3 books matched" in header and header.endswith("match strength 1.00")
+    assert (
+        flag
+        == "no strong match: no word of the query occurs in any book, so these are weak answers"
+    )
