@@ -102,7 +102,14 @@ def invalid_values(e: Any) -> list[str]:
 
 
 def unreachable(args: argparse.Namespace, e: Exception) -> str:
-    """A database that does not answer, in one sentence."""
+    """A database that does not answer (or whose disk is full), in one sentence."""
+    from service.engine.database_errors import is_disk_full
+
+    if is_disk_full(e):  # it answers: it said so (it once read "cannot reach the database")
+        return (
+            f"the disk of the database at {shown(database_url_of(args))} is full: free space "
+            "on it, then run the command again (an index run resumes where it stopped)"
+        )
     reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
     return (
         f"cannot reach the database at {shown(database_url_of(args))} ({reason}): check that it "

@@ -51,7 +51,8 @@ def _query(db: Path, sql: str) -> list[tuple[object, ...]]:
 def _written(db: Path) -> int:
     """Vectors committed so far (0 before the schema exists)."""
     try:
-        return int(_query(db, "SELECT count(*) FROM vectors")[0][0])  # type: ignore[call-overload]
+        (count,) = _query(db, "SELECT count(*) FROM vectors")[0]
+        return int(str(count))
     except sqlite3.Error:
         return 0
 

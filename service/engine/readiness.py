@@ -18,13 +18,18 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from indexer import db
+from service.engine.database_errors import Reporter
 from service.engine.reloader import GenerationWatcher
 
 logger = logging.getLogger(__name__)
 
 
-def database_problem(engine: Engine, watcher: GenerationWatcher | None) -> str | None:
-    """Why the database is not the served index's (a sentence), or None. Blocks on it."""
+def database_problem(
+    engine: Engine, watcher: GenerationWatcher | None, report: Reporter | None = None
+) -> str | None:
+    """Why the database is not the served index's (a sentence, and a log reference where the
+    database failed: the driver's text is in the log, never in the answer), or None. Blocks
+    on it."""
     try:
         db.check_sqlite_file(engine)  # a truncated file: pooled connections answer from cache
         revision, head = db.current_revision(engine), db.head_revision()
@@ -33,7 +38,7 @@ def database_problem(engine: Engine, watcher: GenerationWatcher | None) -> str |
             return f"the database {where}, this service needs {head}"
         return watcher.serving_problem() if watcher is not None else None
     except (SQLAlchemyError, db.DatabaseGoneError) as e:
-        return f"the database does not answer ({type(e).__name__}: {e})"
+        return (report or Reporter("the readiness check"))(e)
 
 
 class Readiness:
@@ -44,13 +49,16 @@ class Readiness:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attend-readiness")
         self._running: asyncio.Future[str | None] | None = None
         self._asked: tuple[Engine, GenerationWatcher | None] | None = None  # the running one's
+        self._report = Reporter("the readiness check")
 
     async def problem(self, engine: Engine, watcher: GenerationWatcher | None) -> str | None:
         """The answer of the check of `engine` running now, or of a new one if none is."""
         asked = (engine, watcher)
         if self._running is None or self._running.done() or self._asked != asked:
             loop = asyncio.get_running_loop()
-            self._running = loop.run_in_executor(self._thread, database_problem, *asked)
+            self._running = loop.run_in_executor(
+                self._thread, database_problem, *asked, self._report
+            )
             self._asked = asked
         # shielded: a probe that hangs up must not cancel the answer the others wait for
         return await asyncio.shield(self._running)

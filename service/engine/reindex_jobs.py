@@ -20,6 +20,7 @@ from indexer.pipeline import IndexReport
 from indexer.progress import Progress, ProgressSnapshot
 from indexer.settings import IndexSettings
 from models.encoder import Encoder
+from service.engine.database_errors import Reporter, is_database_error
 from service.engine.exceptions import JobRunningError
 
 logger = logging.getLogger(__name__)
@@ -132,8 +133,12 @@ class ReindexJobs:
                 progress=job.progress,
             )
         except Exception as e:
-            logger.warning("re-index job %s failed: %s", job.id, e)
-            job.error, job.state = str(e), FAILED
+            if is_database_error(e):  # the driver's text (SQL, host) to the log, not the client
+                job.error = Reporter(f"re-index job {job.id}")(e)
+            else:  # the catalog's own errors: a sentence naming the line, for the client
+                logger.warning("re-index job %s failed: %s", job.id, e)
+                job.error = str(e)
+            job.state = FAILED
         else:
             try:  # before the job reads as succeeded: its searches then see the new generation
                 self.on_success()
