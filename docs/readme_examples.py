@@ -1,10 +1,11 @@
-"""The README's example responses, regenerated from the demo catalog as `make demo` serves it.
+"""The example responses of README.md and docs/*.md, regenerated from the demo catalog as `make
+demo` serves it.
 
-    .venv/bin/python docs/readme_examples.py           # rewrite README.md's example blocks
+    .venv/bin/python docs/readme_examples.py           # rewrite every document's example blocks
     .venv/bin/python docs/readme_examples.py --check   # exit 1 when a block is out of date
 
-An example is an HTML comment in README.md naming the request, then a ```json block holding its
-response:
+An example is an HTML comment in a document (`DOCUMENTS`) naming the request, then a ```json
+block holding its response:
 
     <!-- example: GET /search?q=Tolkien&k=2 -->
     <!-- example: POST /recommend {"liked": ["neuromancer-gibson"], "k": 3} -->
@@ -36,6 +37,13 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def documents() -> list[Path]:
+    """The files whose examples are generated and tested: README.md, then docs/*.md."""
+    return [README, *sorted((README.parent / "docs").glob("*.md"))]
+
+
 EXAMPLE = re.compile(
     r"<!-- example: (?P<method>GET|POST) (?P<path>\S+)(?: (?P<body>\{.*?\}))? -->\n"
     r"```json\n(?P<block>.*?)\n```",
@@ -205,34 +213,42 @@ def regenerate(readme: str, answers: dict[str, Any], examples: list[Example]) ->
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="say whether README.md is current")
-    parser.add_argument("--readme", type=Path, default=README, help="the file to rewrite")
+    parser.add_argument("--check", action="store_true", help="say whether the blocks are current")
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        action="append",
+        help="a file to rewrite (repeatable; default: README.md and docs/*.md)",
+    )
     args = parser.parse_args(argv)
     from service.logs import configure_logging
 
     configure_logging(logging.WARNING)
 
-    readme = args.readme.read_text(encoding="utf-8")
-    examples = find_examples(readme)
+    texts = {path: path.read_text(encoding="utf-8") for path in args.readme or documents()}
+    found = {path: find_examples(text) for path, text in texts.items()}
     answers, failed = {}, []
     with tempfile.TemporaryDirectory() as folder, demo_client(Path(folder)) as client:
-        for example in examples:
+        for example in (e for examples in found.values() for e in examples):
             try:
                 answers[example.request] = answer(client, example)
             except RuntimeError as e:
                 failed.append(str(e))
-    if failed:  # README.md is left as it was
+    if failed:  # every file is left as it was
         sys.stderr.write("".join(f"{line}\n" for line in failed))
         return 1
-    fresh = regenerate(readme, answers, examples)
-    stale = [e.request for e in find_examples(fresh) if e.block != _block_of(readme, e)]
-    if args.check:
-        for request in stale:
-            sys.stderr.write(f"out of date: {request}\n")
-        return 1 if stale else 0
-    args.readme.write_text(fresh, encoding="utf-8")
-    sys.stdout.write(f"{len(examples)} examples, {len(stale)} rewritten in {args.readme}\n")
-    return 0
+    stale_files = 0
+    for path, text in texts.items():
+        fresh = regenerate(text, answers, found[path])
+        stale = [e.request for e in find_examples(fresh) if e.block != _block_of(text, e)]
+        stale_files += bool(stale)
+        if args.check:
+            for request in stale:
+                sys.stderr.write(f"out of date in {path}: {request}\n")
+        elif found[path]:
+            path.write_text(fresh, encoding="utf-8")
+            sys.stdout.write(f"{len(found[path])} examples, {len(stale)} rewritten in {path}\n")
+    return 1 if args.check and stale_files else 0
 
 
 def _block_of(readme: str, example: Example) -> str | None:

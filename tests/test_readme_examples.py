@@ -1,8 +1,8 @@
-"""The README's example responses are what the demo catalog answers (`make demo`): the real
-app, the real model, the demo catalog indexed into SQLite in tmp_path. Each example names its
-request in README.md; its block must have the answer's keys, ids and texts, and its numbers to
-1e-3 (the blocks round to 4 places). When the code's answers change on purpose, regenerate the
-blocks: `.venv/bin/python docs/readme_examples.py`."""
+"""The example responses of README.md and docs/*.md are what the demo catalog answers (`make
+demo`): the real app, the real model, the demo catalog indexed into SQLite in tmp_path. Each
+example names its request in its document; its block must have the answer's keys, ids and
+texts, and its numbers to 1e-3 (the blocks round to 4 places). When the code's answers change on
+purpose, regenerate the blocks: `.venv/bin/python docs/readme_examples.py`."""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ def _load_examples_module() -> Any:
 
 
 examples = _load_examples_module()
+# every document's examples, in order: README.md's first (docs/readme_examples.py documents())
+FOUND = [
+    e for path in examples.documents() for e in examples.find_examples(path.read_text("utf-8"))
+]
 
 
 def _differences(got: Any, want: Any, where: str = "") -> list[str]:
@@ -75,8 +79,8 @@ def _block(example: Any) -> Any:
     return example.block if example.method == "attend search" else json.loads(example.block)
 
 
-def test_the_readme_names_its_examples() -> None:
-    found = examples.find_examples(README)
+def test_the_documents_name_their_examples() -> None:
+    found = FOUND
     paths = [e.path.split("?")[0] for e in found]
     assert "/search" in paths
     assert "/recommend" in paths
@@ -102,7 +106,7 @@ def test_differences_sees_a_changed_id_and_a_moved_number() -> None:
 
 @pytest.mark.model
 def test_readme_examples_answer_as_the_readme_shows(tmp_path: Path) -> None:
-    found = examples.find_examples(README)
+    found = FOUND
     with examples.demo_client(tmp_path) as client:
         answers = {e.request: examples.shown(examples.answer(client, e), e) for e in found}
     problems = [
