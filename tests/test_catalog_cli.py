@@ -33,6 +33,7 @@ def index_url(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     encoder (the model is not the point here)."""
     monkeypatch.setenv("ATTEND_DATABASE_URL", database_url)
     monkeypatch.setattr("service.engine.startup.build_encoder", lambda settings: FakeEncoder())
+    monkeypatch.setattr("service.index_commands.index_encoder", lambda settings: FakeEncoder())
     return database_url
 
 

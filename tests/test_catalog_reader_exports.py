@@ -323,6 +323,7 @@ def test_a_column_that_looks_like_a_field_is_named_with_the_option_that_maps_it(
         CatalogSnapshot.take(path, columns={"Writer": "writers"})
     monkeypatch.setenv("ATTEND_DATABASE_URL", database_url)
     monkeypatch.setattr("service.engine.startup.build_encoder", lambda settings: FakeEncoder())
+    monkeypatch.setattr("service.index_commands.index_encoder", lambda settings: FakeEncoder())
     assert (
         main(["index", str(path), "--column", "Writer=authors", "--column", "Pub Year=year"]) == 0
     )

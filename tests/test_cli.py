@@ -118,6 +118,23 @@ def test_index_if_empty_seeds_a_new_database_only(
         engine.dispose()
 
 
+@pytest.mark.model
+def test_a_re_index_loads_the_model_only_for_a_text_to_embed(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real model, loaded by the first run; the second finds nothing to embed and never
+    loads it (a no-op re-index of the shared catalog took 26 s, 12 of them loading it)."""
+    path = write_jsonl(tmp_path / "books.jsonl", [GOOD])
+    assert main(["-v", "index", str(path)]) == 0
+    first = capsys.readouterr()
+    assert "loaded encoder" in first.err and "2 texts embedded" in first.out
+
+    assert main(["-v", "index", str(path)]) == 0
+    again = capsys.readouterr()
+    assert "loaded encoder" not in again.err
+    assert "0 texts embedded" in again.out and "nothing changed" in again.out
+
+
 def test_delete_removes_the_known_ids_and_names_the_unknown_ones(
     db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -27,6 +27,7 @@ def index_url(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("ATTEND_DATABASE_URL", database_url)
     monkeypatch.setenv("ATTEND_PORT", "8123")
     monkeypatch.setattr("service.engine.startup.build_encoder", lambda settings: FakeEncoder())
+    monkeypatch.setattr("service.index_commands.index_encoder", lambda settings: FakeEncoder())
     return database_url
 
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from conftest import FakeEncoder, write_jsonl
 from indexer import batches, db, deletion, loaded_index, pipeline, store
 from indexer.catalog import CatalogError, CatalogRecord
+from indexer.embedding import LazyEncoder
 from indexer.settings import IndexSettings
 
 BOOKS = [
@@ -37,7 +38,7 @@ BOOKS = [
 
 
 def _run(
-    engine: Engine, path: Path, encoder: FakeEncoder, **kwargs: object
+    engine: Engine, path: Path, encoder: FakeEncoder | LazyEncoder, **kwargs: object
 ) -> pipeline.IndexReport:
     settings = IndexSettings(
         database_url=engine.url.render_as_string(hide_password=False), batch_size=2
@@ -108,6 +109,66 @@ def test_rerun_embeds_only_what_changed(engine: Engine, tmp_path: Path) -> None:
         engine, write_jsonl(tmp_path / "c3.jsonl", BOOKS[:1]), FakeEncoder(), keep_missing=True
     )
     assert (kept.removed, kept.activated, kept.generation) == (0, False, 3)
+
+
+class CountingFactory:
+    """Builds a fake encoder each call, and keeps every one it built."""
+
+    def __init__(self) -> None:
+        self.built: list[FakeEncoder] = []
+
+    def __call__(self) -> FakeEncoder:
+        self.built.append(FakeEncoder())
+        return self.built[-1]
+
+
+def test_a_rerun_builds_the_encoder_only_for_a_text_to_embed(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """`attend index` hands the pipeline a LazyEncoder: a run that changes nothing never loads
+    the model (and still records its width), a changed book loads it and is embedded."""
+    path = write_jsonl(tmp_path / "c.jsonl", BOOKS)
+    first = CountingFactory()
+    report = _run(engine, path, LazyEncoder(FakeEncoder.name, first))
+    assert (len(first.built), report.embedded) == (1, 9)
+
+    idle = CountingFactory()
+    report = _run(engine, path, LazyEncoder(FakeEncoder.name, idle))
+    assert (report.unchanged, report.embedded, report.activated) == (5, 0, False)
+    assert idle.built == []
+    with Session(engine) as session:
+        assert store.get_metadata(session=session)["dim"] == FakeEncoder.dim
+
+    edited = [dict(b) for b in BOOKS]
+    edited[0]["year"] = 2017  # metadata only: a new row, no text to embed
+    metadata_only = CountingFactory()
+    report = _run(
+        engine,
+        write_jsonl(tmp_path / "c2.jsonl", edited),
+        LazyEncoder(FakeEncoder.name, metadata_only),
+    )
+    assert (report.updated, report.embedded, metadata_only.built) == (1, 0, [])
+
+    edited[3]["description"] = "A desert planet, spice and a messiah."
+    changed = CountingFactory()
+    report = _run(
+        engine, write_jsonl(tmp_path / "c3.jsonl", edited), LazyEncoder(FakeEncoder.name, changed)
+    )
+    assert (report.updated, report.embedded) == (1, 1)
+    assert [e.texts_encoded for e in changed.built] == [1]
+    with Session(engine) as session:
+        index = loaded_index.load_index(session=session, model=FakeEncoder.name)
+    expected = FakeEncoder().encode([str(edited[3]["description"])])[0].numpy()  # (d,)
+    assert np.allclose(index.keys["description"][index.ids.index("dune")], expected, atol=1e-6)
+
+
+def test_a_lazy_encoder_refuses_a_model_other_than_its_name() -> None:
+    lazy = LazyEncoder("another-model", FakeEncoder)
+    assert not lazy.loaded
+    with pytest.raises(
+        ValueError, match="built encoder 'fake-hashing-64', expected 'another-model'"
+    ):
+        lazy.encode(["text"])
 
 
 def test_a_bad_row_stops_the_run_before_anything_is_written(

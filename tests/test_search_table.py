@@ -27,6 +27,7 @@ def test_no_strong_match_names_its_cause(
 ) -> None:
     monkeypatch.setenv("ATTEND_DATABASE_URL", database_url)
     monkeypatch.setattr("service.engine.startup.build_encoder", lambda settings: FakeEncoder())
+    monkeypatch.setattr("service.index_commands.index_encoder", lambda settings: FakeEncoder())
     assert main(["index", str(write_jsonl(tmp_path / "books.jsonl", BOOKS))]) == 0
     capsys.readouterr()
     assert main(["search", "qwertyuiop", "--author", "herbert", "--here"]) == 0
