@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 ONNX_FILE = "model.onnx"
 MANIFEST_FILE = "manifest.json"
-FINGERPRINTS_FILE = ".fingerprints.json"  # in the cache folder: model folders' content hashes
+FINGERPRINTS_FILE = "fingerprints.json"  # in the export's folder: the model installs' hashes
 _MEMO_ENTRIES = 64  # model installs remembered (one per venv and model)
 _TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # Texts the export is checked on: mixed case, accents, punctuation, and one past max_seq_length.
@@ -90,8 +90,8 @@ def source_fingerprint(source: Path, memo_dir: Path | None = None) -> str:
     """A hash of the model folder's file names and contents: the same model installed in another
     virtual environment (another path, other modification times) finds the same export, and a
     changed file does not. Hashing the 92 MB took 0.12 s here, so the hash is remembered in
-    `memo_dir` (the cache folder) under the files' paths, sizes and modification times, and
-    only computed again when one of those changes."""
+    `memo_dir` (the export's folder, so it goes with it) under the files' paths, sizes and
+    modification times, and only computed again when one of those changes."""
     files = sorted(p for p in source.rglob("*") if p.is_file())
     stats = hashlib.sha256(str(source.resolve()).encode())
     for f in files:
@@ -144,7 +144,7 @@ def cached_manifest(folder: Path, source: Path) -> Manifest | None:
     if (
         manifest is None
         or manifest.format_version != FORMAT_VERSION
-        or manifest.fingerprint != source_fingerprint(source, folder.parent)
+        or manifest.fingerprint != source_fingerprint(source, folder)
         or not (folder / ONNX_FILE).is_file()
     ):
         return None
@@ -325,7 +325,7 @@ def _export(folder: Path, *, name: str, source: Path) -> Manifest:
         format_version=FORMAT_VERSION,
         model=name,
         source=str(source),
-        fingerprint=source_fingerprint(source, folder.parent),
+        fingerprint=source_fingerprint(source, folder),
         dim=int(ref.shape[1]),
         max_seq_length=max_seq_length,
         inputs=inputs,
