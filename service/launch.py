@@ -34,9 +34,11 @@ The indexer keeps torch's threads: it embeds with torch.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     from service.settings import ServiceSettings
@@ -71,6 +73,21 @@ def apply_serve_threads(settings: ServiceSettings) -> None:
     if threads is not None:
         torch.set_num_threads(threads)
         logger.info("torch intra-op threads: %d", threads)
+
+
+def exit_now(status: int) -> NoReturn:
+    """End the process with `status` now, once `attend serve` has shut down: its lifespan ran
+    (the searcher, the watcher and the database closed), its lock file and server record are
+    gone, Ray's shutdown ran. What is left is the interpreter's teardown of torch, the model and
+    the index, and the work still queued on the engine's threads, which concurrent.futures runs
+    to the end at exit: the process went on 5-20 s after uvicorn's "Finished server process"
+    line under load (issue 32, finding 5), which an orchestrator's stop timeout counts.
+    Logging and the standard streams are flushed first; nothing else is left to clean up."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe has nothing left to say
+            stream.flush()
+    os._exit(status)
 
 
 def main() -> int:

@@ -60,7 +60,7 @@ def _serve(args: argparse.Namespace, sock: socket.socket | None) -> int:
     try:
         # torch, FastAPI and the engine: seconds of imports, after the port is ours
         from service.api.main import create_app
-        from service.launch import apply_serve_threads
+        from service.launch import apply_serve_threads, exit_now
         from service.remote_search import server_url
         from service.server_record import recorded
 
@@ -70,11 +70,13 @@ def _serve(args: argparse.Namespace, sock: socket.socket | None) -> int:
         url = server_url(settings.host, sock.getsockname()[1])
         with no_lock_file_left(settings.database_url), recorded(settings.database_url, url):
             if settings.engine == "ray":
-                return _serve_on_ray(settings, sock)
-            server.serve(create_app(settings), settings, sock)  # uvicorn + h11 (server.py)
+                status = _serve_on_ray(settings, sock)
+            else:
+                server.serve(create_app(settings), settings, sock)  # uvicorn + h11 (server.py)
+                status = 0
     finally:
         sock.close()
-    return 0
+    exit_now(status)  # served and shut down: nothing is left to do but the interpreter's teardown
 
 
 def _serve_on_ray(settings: Any, sock: socket.socket) -> int:

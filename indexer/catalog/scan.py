@@ -51,6 +51,7 @@ class CatalogScan:
         else:
             self._rows = self._csv(f, max_row_bytes, tabs=fmt == "tsv")
         self._metadata: dict[str, None] = {}  # ordered set: the first row's order
+        self._names_dropped = False  # a row's new names came past _KEPT_NAMES: not counted
         self._read_as: dict[str, str] = {}
         self._fields: set[str] = set()  # the fields some row read from a column
         self._unnamed: list[int] = []
@@ -97,6 +98,8 @@ class CatalogScan:
     def _note(self, parsed: ParsedRow) -> None:
         if len(self._metadata) < _KEPT_NAMES:  # a JSONL of a new key a row stays bounded
             self._metadata.update(dict.fromkeys(parsed.record.extra))
+        elif not self._names_dropped:
+            self._names_dropped = any(k not in self._metadata for k in parsed.record.extra)
         self._read_as.update(parsed.read_as)
         self._fields.update(parsed.fields)
         if parsed.id_from and parsed.id_from != "id":
@@ -127,8 +130,9 @@ class CatalogScan:
             names = [repr(k) for k in self._metadata]
             more = ""
             if len(names) > _SHOWN:
-                many = " or more" if len(names) >= _KEPT_NAMES else ""
-                more = f" and {len(names) - _SHOWN:,}{many} more"
+                # exact unless names were dropped: a CSV's header names them all at once
+                many = "at least " if self._names_dropped else ""
+                more = f" and {many}{len(names) - _SHOWN:,} more"
             out.append(
                 f"{self.name}: kept as metadata, not as book fields: "
                 f"{', '.join(names[:_SHOWN])}{more} (the fields: {', '.join(columns.FIELDS)})"

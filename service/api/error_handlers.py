@@ -87,7 +87,9 @@ def _validation_message(exc: RequestValidationError, request: Request | None = N
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append((where, f"{where}: {msg}" if where else msg, str(err.get("type"))))
     rest = [m for where, m, kind in parts if not (kind == "missing" and where in meant)]
-    return "; ".join(unknown + rest) or "invalid request"
+    # once each: a body the route and one of its dependencies both take (/recommend's budget)
+    # is validated twice, and each problem came back twice
+    return "; ".join(dict.fromkeys(unknown + rest)) or "invalid request"
 
 
 def _unknown(name: str, location: object, request: Request) -> tuple[str, str | None]:
