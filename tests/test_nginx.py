@@ -59,8 +59,8 @@ def test_the_config_keeps_the_services_own_bounds() -> None:
     assert f"client_max_body_size {_default('max_upload_bytes')};" in admin[: admin.index("}")]
     (workers,) = re.findall(r"worker_connections (\d+);", CONF)
     (total,) = re.findall(r"limit_conn stream_total (\d+);", CONF)
-    # a public connection holds 4: the client's and the unix socket's in the stream server,
-    # the unix socket's and the replica's in the http one
+    # a public connection holds 4: the client's and the loopback's in the stream server, the
+    # loopback's and the replica's in the http one
     assert 4 * int(total) + 4 <= int(workers)
 
 
@@ -72,15 +72,16 @@ class Stack:
     error_log: Path
 
 
-def _template(folder: Path, public: int, ops: int, replicas: list[int]) -> str:
-    """deploy/nginx.conf with loopback ports, a socket in `folder`, and the two replicas as the
-    `api` upstream in place of Docker's DNS; every replaced text must be there exactly once."""
+def _template(public: int, ops: int, inner: int, replicas: list[int]) -> str:
+    """deploy/nginx.conf with loopback ports (`inner`: the stream server's hop to the http
+    one) and the two replicas as the `api` upstream in place of Docker's DNS; every replaced
+    text must be there as often as it is now."""
     servers = " ".join(f"server 127.0.0.1:{p};" for p in replicas)
     text = CONF
     for old, new, count in [
         ("listen 8000 backlog", f"listen 127.0.0.1:{public} backlog", 1),
         ("listen 8001;", f"listen 127.0.0.1:{ops};", 1),
-        ("/run/attend-lb.sock", str(folder / "lb.sock"), 2),
+        ("127.0.0.1:8080", f"127.0.0.1:{inner}", 2),
         ("resolver 127.0.0.11 valid=5s ipv6=off;", f"upstream api {{ {servers} }}", 1),
         # an upstream named `api` answers `http://api` (a name with a port goes to DNS)
         ("http://api:8000", "http://api", 3),
@@ -136,9 +137,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     }
     attend_index(write_jsonl(folder / "books.jsonl", books), env, folder)
     replicas = [free_port(), free_port()]
-    public, ops = free_port(), free_port()
+    public, ops, inner = free_port(), free_port(), free_port()
     conf = folder / "nginx.conf"
-    conf.write_text(_template(folder, public, ops, replicas))
+    conf.write_text(_template(public, ops, inner, replicas))
     error_log = folder / "error.log"
     # as root, nginx's workers would run as nobody, who may not enter pytest's 0700 folders
     user = "user root; " if os.geteuid() == 0 else ""
