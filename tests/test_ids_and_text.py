@@ -5,6 +5,8 @@ is a 422. Real SQLite and PostgreSQL, the fake encoder (the model is not the poi
 
 from __future__ import annotations
 
+import random
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,38 @@ def test_queries_and_terms_lose_their_invisible_characters(engine: Engine, tmp_p
             assert r.status_code == 422 and "only invisible characters" in r.text, r.text
             r = client.get("/books/dune/explain", params={"q": text})
             assert r.status_code == 422, r.text
+
+
+def _normalize_text_by_the_loop(text: str) -> str:
+    """normalize_text as it was written first, a character at a time: the reference of its
+    fast path."""
+    text = unicodedata.normalize(
+        "NFKC", "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    )
+    out: list[str] = []
+    base = False
+    for ch in text:
+        category = unicodedata.category(ch)
+        if category in ("Mn", "Mc", "Me"):
+            if base:
+                out.append(ch)
+            continue
+        out.append(ch)
+        base = category[0] in "LN"
+    return unicodedata.normalize("NFKC", "".join(out))
+
+
+def test_normalize_text_equals_the_per_character_loop() -> None:
+    """Random texts of letters, accents, marks alone and after a space, format characters,
+    compatibility forms and characters of other scripts and planes: the fast path (no mark
+    or format character, NFKC only) and the loop give the same text."""
+    alphabet = (
+        "aeZ9 .,'\u00e9\u00f1\u00fc\u2019\u2014\u0301\u0308\u0327\u20dd\u200b\u200d\ufeff"
+        "\u00ad\ufb01\uff34\u2460\u1e9b\u0928\u093f\u0e01\u0e31\u3042\u3099\U0001d400"
+        "\U0001f600\U000e0100\U000e0001"
+    )
+    rng = random.Random(30)
+    texts = ["".join(rng.choices(alphabet, k=rng.randint(1, 12))) for _ in range(3000)]
+    texts += ["caf\u00e9 \u2014 na\u00efve", "\u00e9t\u00e9", "\u1e9b\u0323", "\ufb01ne \u00bd"]
+    for text in texts:
+        assert normalize_text(text) == _normalize_text_by_the_loop(text), ascii(text)
