@@ -71,6 +71,7 @@ from benchmarks.relevance_labels import (
 from benchmarks.relevance_queries import NONSENSE
 from benchmarks.relevance_rank import (
     ROWS,
+    SLOTS,
     Baselines,
     Rankings,
     buried,
@@ -165,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
             qs = topical_dev(args.topical_dev, row_of)
             rankings = similar_rankings(index, settings.similar, base, qs)
             rankings = _reader_rows(rankings, books, base, [row_of[q.query] for q in qs])
-            figures.binary[kind] = {row: binary_ndcg(qs, r) for row, r in rankings.items()}
+            figures.binary[kind] = {
+                row: binary_ndcg(qs, r) for row, r in rankings.items() if row != SLOTS
+            }
         elif kind in {"similar", "topical"}:
             qs = topical(catalog) if kind == "topical" else queries[kind]
             rankings = similar_rankings(index, settings.similar, base, qs)
@@ -173,13 +176,17 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
             qs = _searched(kind, queries, named, books, args.catalog)
             rankings = search_rankings(searcher, base, qs)
         if kind == "authors":
-            figures.author_checks = checks(named, rankings)
+            figures.author_checks = checks(named, {r: v for r, v in rankings.items() if r != SLOTS})
         if not qs:
             continue
+        # Attend is scored as read (each work's editions under its slot: relevance_rank's
+        # as_read), and its works counted over its slots, which is what the reader sees
+        slots = rankings.pop(SLOTS, None)
         figures.table[kind] = {row: score(qs, rankings[row]) for row in rankings}
         figures.counts[kind] = len(qs)
         figures.buried[kind] = buried(qs, rankings)
-        figures.works[kind] = {row: works.figures(rankings[row]) for row in rankings}
+        shown = rankings | ({"attend": slots} if slots is not None else {})
+        figures.works[kind] = {row: works.figures(shown[row]) for row in rankings}
     if set(kinds) & {"names", "subjects", "intents"}:
         labelled = [q.query for q in old if q.kind != "similar"]
         figures.strengths = {

@@ -126,6 +126,11 @@ def _intents(books: Sequence[Book]) -> list[Judged]:
 
 
 def _similar(books: Sequence[Book]) -> list[Judged]:
+    """Series mates grade 2, the authors' other books grade 1; never the book's own other
+    editions (benchmarks/relevance_works.py), which are the same book and no answer."""
+    from benchmarks.relevance_works import work_of  # it imports Book from here
+
+    works = [work_of(b) for b in books]
     series: dict[str, list[int]] = {}
     for row, b in enumerate(books):
         if (name := series_of(b.title)) is not None:
@@ -143,7 +148,9 @@ def _similar(books: Sequence[Book]) -> list[Judged]:
                 r: 1 for name in books[row].authors for r in by_author[name.casefold()] if r != row
             }
             grades.update({r: 2 for r in mates if r != row})
-            out.append(Judged("similar", books[row].id, grades))
+            grades = {r: g for r, g in grades.items() if works[r] != works[row]}
+            if grades:
+                out.append(Judged("similar", books[row].id, grades))
     return out
 
 

@@ -22,6 +22,7 @@ from models.encoder import Encoder
 from service.engine import book_ranking
 from service.engine.head_weights import HEADS, BookHeads, parse_heads
 from service.engine.lexical import LexicalIndex
+from service.engine.results import RankedBook, Recommended
 from service.engine.searcher import Searcher, SearchOptions
 from service.engine.served_index import ServedIndex
 
@@ -85,6 +86,20 @@ class Baselines:
         return top(s, 1000)
 
 
+SLOTS = "attend slots"  # Attend's rankings as slots, one a work (its works figures; not scored)
+
+
+def slots_of(results: Sequence[RankedBook | Recommended], row_of: dict[str, int]) -> list[int]:
+    return [row_of[hit.book.id] for hit in results]
+
+
+def as_read(results: Sequence[RankedBook | Recommended], row_of: dict[str, int]) -> list[int]:
+    """A response's books in the order a reader reads them: each result, then the other
+    editions of its work listed under it (a work takes one slot; the labels count editions
+    apart, so a ranking that shows them under one slot must not lose their credit)."""
+    return [row_of[b.id] for hit in results for b in (hit.book, *hit.editions)]
+
+
 def search_rankings(
     searcher: Searcher, base: Baselines, queries: Sequence[Judged]
 ) -> dict[str, Rankings]:
@@ -93,9 +108,12 @@ def search_rankings(
 
     def attend(heads: dict[str, float] | None) -> Rankings:
         responses = searcher.search_now(texts, SearchOptions(k=K, heads=heads))
-        return [[rows[hit.book.id] for hit in r.results] for r in responses]
+        if heads is None:
+            out[SLOTS] = [slots_of(r.results, rows) for r in responses]
+        return [as_read(r.results, rows)[:K] for r in responses]
 
-    out = {"attend": attend(None)} | {h: attend(parse_heads(f"{h}:1")) for h in HEADS}
+    out: dict[str, Rankings] = {}
+    out |= {"attend": attend(None)} | {h: attend(parse_heads(f"{h}:1")) for h in HEADS}
     out["dense"] = base.dense(base.encoder.encode(texts).numpy())
     out["bm25"] = base.lexical(texts)
     out["rrf"] = rrf(out["dense"], out["bm25"])
@@ -110,9 +128,12 @@ def similar_rankings(
 
     def attend(heads: BookHeads) -> Rankings:
         answers = [book_ranking.similar(index, q.query, k=K, heads=heads) for q in queries]
-        return [[row_of[hit.book.id] for hit in a.results] for a in answers]
+        if heads is default:
+            out[SLOTS] = [slots_of(a.results, row_of) for a in answers]
+        return [as_read(a.results, row_of)[:K] for a in answers]
 
-    out = {"attend": attend(default)}
+    out: dict[str, Rankings] = {}
+    out["attend"] = attend(default)
     out |= {h: attend(BookHeads({h: 1.0}, default.scales)) for h in HEADS}
     out["dense"] = base.dense(base.embeddings[rows].copy(), exclude=rows)
     out["bm25"] = base.lexical([base.documents[r] for r in rows], exclude=rows)
@@ -137,15 +158,19 @@ def recommend_rankings(
             )
             for p in pairs
         ]
-        return [[row_of[hit.book.id] for hit in a.results] for a in answers]
+        if heads is default:
+            slots[SLOTS] = [slots_of(a.results, row_of) for a in answers]
+        return [as_read(a.results, row_of) for a in answers]
 
     def drop(scores: np.ndarray) -> Rankings:
         for i, p in enumerate(pairs):
             scores[i, [*p.liked, *p.removed]] = -np.inf
         return top(scores, 1000)
 
+    slots: dict[str, Rankings] = {}
     out = {"attend": attend(default)}
     out |= {h: attend(BookHeads({h: 1.0}, default.scales)) for h in HEADS}
+    out |= slots
     liked = np.array([p.liked for p in pairs])  # (P, 2)
     mean = base.embeddings[liked].mean(axis=1)  # (P, d)
     mean /= np.linalg.norm(mean, axis=1, keepdims=True)

@@ -333,10 +333,14 @@ def test_head_weights_are_normalised_and_lexical_abstains_without_evidence(
         "lexical": {"weight": 0.0, "scale": 1.1, "abstained": True},
     }
     assert body["no_strong_match"] is True  # no word of it in any book, whatever the strength
-    # asked for alone, it stays, and is uniform: nothing stands out
+    # asked for alone, it has nothing to say: no results (never books in catalog order), and
+    # the response says the head abstained
     body = client.get("/search", params={"q": "zzyzx", "heads": "lexical:1", "k": 7}).json()
     assert body["no_strong_match"] is True
-    assert math.isclose(body["entropy"], math.log(7), rel_tol=1e-6)
+    assert body["results"] == []
+    assert body["heads"] == {"lexical": {"weight": 0.0, "scale": 1.1, "abstained": True}}
+    body = client.get("/search", params={"q": "qwerty", "heads": "author:1"}).json()
+    assert body["results"] == [] and body["heads"]["author"]["abstained"] is True
     posted = client.post("/search", json={"queries": ["wizard"], "heads": "description:2"})
     assert posted.json()["responses"][0]["heads"] == {
         "description": {"weight": 1.0, "scale": 25.0, "abstained": False}

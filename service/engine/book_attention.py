@@ -40,6 +40,7 @@ class BooksAttention:
     parts: list[tuple[int, str]]
     weights: dict[str, float]  # π_h used, summed over the liked books
     abstained: tuple[str, ...]  # heads asked for that no liked book could use
+    answered: bool  # whether any head asked for has evidence (else: no results)
     filters: Filters
     # per TASTE head: (k, L) each liked book's part of the taste's score of each hit
     taste: dict[str, list[list[float]]]
@@ -98,7 +99,9 @@ def rank_by_books(
     kept_parts = [parts[c] for c in mixed.columns]
     tasted = [h for b, h in kept_parts if b == TASTE]
     taste = taste_parts(index, tasted, mix.indices[0].tolist(), query, lexical)
-    return BooksAttention(mix, kept_parts, mixed.used[0], mixed.abstained[0], filters, taste)
+    return BooksAttention(
+        mix, kept_parts, mixed.used[0], mixed.abstained[0], mixed.answered[0], filters, taste
+    )
 
 
 def with_shared_subjects(head: ScoredHead, shared: list[dict[int, float]]) -> ScoredHead:
@@ -133,8 +136,8 @@ def lexical_part(
     index: ServedIndex, liked: list[int], disliked: list[int], scale: float, mask: Tensor | None
 ) -> tuple[ScoredHead, bool, Tensor]:
     """The lexical head of the liked books together: BM25 is linear in its query, so their
-    topic terms together score the mean of their scores, and the disliked books' terms weigh
-    against them. The head, whether it has evidence, and the liked books' scores (L, N)."""
+    texts together score the mean of their scores, and the disliked books' words weigh against
+    them. The head, whether it has evidence, and the liked books' scores (L, N)."""
     L = len(liked)
     s = torch.from_numpy(index.like_this.scores(liked + disliked))  # (L + D, N)
     together = s[:L].mean(0, keepdim=True)  # (1, N)

@@ -1,34 +1,40 @@
 """Books like a book, and books for a reader: attention with books as the queries, through the
-same heads as a search.
+same heads as a search (service/engine/book_attention.py builds them).
 
 A book asks each head with what it has: its title key (the title head), its description key
-(the description head), its topic terms, the description's words of highest tf · idf, as BM25
-terms (the lexical head: service/engine/lexical.py), and its names as whole names
-(service/engine/catalog_names.py): the author head attends over the other books by one of its
-authors, the series head over the other books of its series, the subjects head over the other
-books under one of its subject headings (where the catalog has them), all by description key.
-A shared first name or a common title word is no evidence: it is in no head. For liked books L
-and disliked books D, liked book l asks head h
+(the description head), its whole text "<title>. <description>" as a BM25 query (the lexical
+head: service/engine/lexical.py `LikeThisIndex`), and its names as whole names
+(service/engine/catalog_names.py): the author head attends over the other books of one of its
+principal authors (service/engine/book_works.py: not a foreword writer's), the series head over
+the other books of its series, the subjects head over the books sharing its subject headings
+(where the catalog has them), by how many and how specific the shared headings are, then by
+description key. For liked books L and disliked books D, liked book l asks head h
 
     q_{l,h} = k_{l,h} − λ · mean_{d ∈ D} k_{d,h}       a field head (λ = DISLIKE_STRENGTH); the
                                                       author and series heads with q_{l,desc}
     s_l     = bm25(t_l) − λ · mean_{d ∈ D} bm25(t_d)  the lexical head, over the books with a
-                                                      term of t_l (BM25 is linear in the query)
-    weight(i) = Σ_l Σ_h (π_h / |L|) · softmax_h(scale_h · …)(i)  over the catalog less L and D
+                                                      word of t_l (BM25 is linear in the query)
+    p_{l,h} = softmax(scale_h · …)                    over the catalog less L, D and their
+                                                      other editions
+    weight(i) = Σ_l Σ_h (π_h / |L|) · c_{l,h}(i) / Z,  c = 1 / (60 + rank of i in p_{l,h})
 
-and `similar(b)` is the same with L = {b}; with several liked books the field and lexical heads
-ask once, with their taste (the mean of their queries, normalised). The mixture follows the
-evidence a book has: a book of no series gets no series part, a book with no other book by its
-authors no author part, a book none of whose topic terms is in another book no lexical part;
-their π goes to its other heads (service/engine/mixing.py), and the response lists them as
-abstained. So a series book's mates come first, then its author's, and a standalone book is
-carried by its title and description keys and its topic terms. A result's shares π_{l,h}
-p_{l,h}(i) / weight(i) sum to 1 over (l, h): which liked book, through which head, gave it its
-weight.
+the rank fusion of models/rank_fusion.py (by default, ATTEND_SIMILAR_FUSION; `mixture` gives
+Σ π p instead), and `similar(b)` is the same with L = {b}; with several liked books the field
+and lexical heads ask once, with their taste (the mean of their queries, normalised). Fused by
+rank, no head's peak decides: a title head that finds one look-alike title ("The Glass Castle"
+→ "Glass House") is one opinion at its π, not the answer. The heads follow the evidence a book
+has: a book of no series gets no series part, a book with no other book by its principal
+authors no author part; their π goes to its other heads (service/engine/mixing.py), and the
+response lists them as abstained. So a series book's mates come first, then its author's, and a
+standalone book is carried by its title and description keys and its text. A result's shares
+π_{l,h} c_{l,h}(i) / (Z · weight(i)) sum to 1 over (l, h): which liked book, through which
+head, gave it its weight.
 
-The exact top-k is `models.mixture.mix_topk`'s, over the keys wherever they are: the index's
-`KeyStore` brings the liked books' keys and attends with them, in this process or on the shards
-(service/cluster/shards/router.py), as a search does.
+A work takes one slot (its best-ranked edition; the others are listed under it), and a
+recommendation gives the liked books' principal authors at most `own_authors` slots (3 by
+default: the reader knows them), saying how many it held back. The exact top-k is over the keys
+wherever they are: the index's `KeyStore` brings the liked books' keys and attends with them,
+in this process or on the shards (service/cluster/shards/router.py), as a search does.
 """
 
 from __future__ import annotations
@@ -91,7 +97,8 @@ def similar(index: ServedIndex, book_id: str, *, k: int, heads: BookHeads) -> Si
     (hits,) = hit_parts(mix, [h for _, h in att.parts], [att.weights])
     weights = mix.weights[0].tolist()
     names = index.names
-    slots, _ = pick_slots(names.works, names.principal, [i for i, _ in hits], k)
+    ranked = [i for i, _ in hits] if att.answered else []  # else: every asked head abstained
+    slots, _ = pick_slots(names.works, names.principal, ranked, k)
     results = [
         RankedBook(
             n + 1,
@@ -130,7 +137,7 @@ def recommend(
     )
     mix = att.mix
     ids, titles, names = index.books.ids, index.books.titles, index.names
-    ranked = [i for i in mix.indices[0].tolist() if i >= 0]
+    ranked = [i for i in mix.indices[0].tolist() if i >= 0] if att.answered else []
     own = own_authors_of(names.principal, liked_rows)
     slots, held = pick_slots(
         names.works, names.principal, ranked, k, own=own, own_limit=own_authors

@@ -8,8 +8,10 @@ components. A head **abstains** for a query when none of its components has evid
 head with no query term among the kept books, an author head for a query that names no author,
 a series head for a book of no series): its π goes to the other heads, and the response lists it
 with weight 0 and `abstained`. A query left with no component at all (it asked only for heads
-that abstain) gets its asked weights back: those heads are then uniform over the kept books,
-which is the honest answer.
+that abstain: `heads=author:1` for a query that names no author) is not answered: every head
+it asked for is listed as abstained and it gets no results (a ranking of books in catalog
+order, uniform weights, would claim evidence there is none of). Its asked weights still go
+into π, so that the batch it is in runs as one.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Mixed:
     pi: Tensor  # (B, C) float64, rows summing to 1
     used: list[dict[str, float]]  # per query: head → its π (summed over its components)
     abstained: list[tuple[str, ...]]  # per query: heads asked for that got no π
+    answered: list[bool]  # per query: whether a head it asked for has evidence
 
     @classmethod
     def of(cls, asked: Tensor, evidence: Tensor, heads: Sequence[str]) -> Mixed:
@@ -47,15 +50,16 @@ class Mixed:
         columns = [c for c in range(pi.shape[1]) if bool((pi[:, c] > 0).any())]
         used: list[dict[str, float]] = []
         abstained: list[tuple[str, ...]] = []
-        for row, want in zip(pi.tolist(), asked.tolist(), strict=True):
+        answered = (~empty[:, 0]).tolist()
+        for row, want, ok in zip(pi.tolist(), asked.tolist(), answered, strict=True):
             got: dict[str, float] = {}
             for h, w in zip(heads, row, strict=True):
-                if w > 0:
+                if w > 0 and ok:
                     got[h] = got.get(h, 0.0) + w
             wanted = {h for h, w in zip(heads, want, strict=True) if w > 0}
             used.append({h: got[h] for h in HEADS if h in got})
             abstained.append(tuple(h for h in HEADS if h in wanted and h not in got))
-        return cls([heads[c] for c in columns], columns, pi[:, columns], used, abstained)
+        return cls([heads[c] for c in columns], columns, pi[:, columns], used, abstained, answered)
 
 
 def hit_parts(

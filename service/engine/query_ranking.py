@@ -109,6 +109,8 @@ def rank_queries(
     works = index.names.works
 
     def one_slot(b: int) -> list[Hit]:
+        if not mixed.answered[b]:
+            return []  # every head it asked for abstained (service/engine/mixing.py)
         at = {row: r for r, (row, _) in enumerate(hits[b])}
         slots = works.one_slot(row for row, _ in hits[b])[:k]
         return [
