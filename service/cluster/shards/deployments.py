@@ -6,6 +6,7 @@ None, which the router's reply raises as `ShardsOutOfStepError` (a 503: retry).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -59,6 +60,7 @@ class ShardDeployment:
         self.engine = create_db_engine(config.database_url)
         self.held: dict[int, Shard] = {}  # by generation, in the order loaded
         self._lock = threading.Lock()
+        self._loading = threading.Lock()  # one load at a time: the poll's, or the router's ask
         self._stop = threading.Event()
         self.check()
         if config.generation_poll_s > 0:
@@ -73,6 +75,10 @@ class ShardDeployment:
 
     def check(self) -> bool:
         """Load this shard's slice of the active generation if not held; True if it loaded."""
+        with self._loading:
+            return self._load_active()
+
+    def _load_active(self) -> bool:
         t0 = time.perf_counter()
         with Session(self.engine) as session:
             g = store.active_generation_id(session=session)
@@ -106,6 +112,13 @@ class ShardDeployment:
     async def describe(self) -> dict[int, tuple[int, int, int]]:
         """Per generation held: (start, stop, total), the rows this shard holds, of how many."""
         return {g: (s.start, s.stop, s.total) for g, s in list(self.held.items())}
+
+    async def load_active(self) -> bool:
+        """`check` now, asked by the router when it is told of a switch the shards have not
+        loaded yet: on PostgreSQL the router hears of it at once (LISTEN/NOTIFY), and the
+        shards, which poll, may only in `generation_poll_s` (an hour, or never at 0). Off the
+        replica's event loop: searches of the served generation go on meanwhile."""
+        return await asyncio.to_thread(self.check)
 
     async def drop_before(self, generation: int) -> None:
         """Forget the generations loaded before `generation` (the one the router now serves)."""

@@ -65,11 +65,29 @@ class ShardPlacement:
         return ShardedKeys.of(index, shards)
 
     def ready(self, generation: int) -> bool:
-        """Every shard holds `generation` (asked off the event loop: the watcher's thread).
+        """Every shard holds `generation` (asked off the event loop: the watcher's thread),
+        else the shards that do not are asked to load the active generation now, and asked
+        again. Without that ask a notified switch waited for the shards' own poll and then the
+        router's next check, an hour by a poll of 3600 s (issue 32, finding 6); a load that
+        fails (the database gone meanwhile) leaves it not ready, for the next check.
         A handle reaches one replica a call: with R > 1 replicas each shard is asked 4R times,
         so every replica most likely answered (not surely: one that has not loaded it yet
         answers 503 until it has)."""
         asks = 1 if self.replicas == 1 else 4 * self.replicas
+        if self._held(generation, asks):
+            return True
+        loads = [[h.load_active.remote() for _ in range(asks)] for h in self.shards]
+        try:
+            for replies in loads:
+                for reply in replies:
+                    reply.result(timeout_s=600)
+        except Exception as e:  # the next check (a notification, a poll) asks again
+            logger.warning("router: the shards could not load generation %d: %s", generation, e)
+            return False
+        return self._held(generation, asks)
+
+    def _held(self, generation: int, asks: int) -> bool:
+        """Every shard's replicas asked answered holding `generation`; their layouts kept."""
         replies = [[h.describe.remote() for _ in range(asks)] for h in self.shards]
         layouts = [[cast(Layout, r.result(timeout_s=30)) for r in rs] for rs in replies]
         if not all(generation in layout for rs in layouts for layout in rs):
