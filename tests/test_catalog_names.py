@@ -142,3 +142,40 @@ def test_a_name_misspelt_as_another_word_is_read_from_the_words_before_it(
     assert named is not None and named.name == "Toni Morrison"
     assert names.recognise("william gibsen", lambda w: True) is not None
     assert names.recognise("william tell", lambda w: True) is None  # not two edits, not a name
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "terry pratchett and toni morrison",
+        "books by toni morrison and terry pratchett",
+        "pratchett & morrison",
+    ],
+)
+def test_a_query_naming_two_authors_is_evidence_for_both(names: CatalogNames, query: str) -> None:
+    named = names.recognise(query, words_of_catalog)
+    assert named is not None and named.intent == "by", query
+    by = {a for r in named.rows for a in BOOKS[r][1]}
+    assert {"Terry Pratchett", "Toni Morrison"} <= by, (query, named)
+    assert set(named.name.split(" and ")) == {"Terry Pratchett", "Toni Morrison"}
+    assert not {"Jack London", "William Gibson"} & by
+
+
+def test_a_foreword_writer_is_no_principal_author() -> None:
+    """Principal authors: the first credited name, and a co-author credited on most of the first
+    one's books; a name credited once beside an author of many books is not."""
+    books = [
+        ("Nineteen Eighty-Four", ["George Orwell", "Thomas Pynchon"], "the party"),
+        ("Animal Farm", ["George Orwell"], "the pigs"),
+        ("Homage to Catalonia", ["George Orwell"], "spain"),
+        ("V.", ["Thomas Pynchon"], "a search"),
+        ("Dragons of Autumn Twilight", ["Margaret Weis", "Tracy Hickman"], "lance"),
+        ("Dragons of Winter Night", ["Margaret Weis", "Tracy Hickman"], "lance"),
+        ("The Soulforge", ["Margaret Weis"], "raistlin"),
+    ]
+    titles, authors, descriptions = zip(*books, strict=True)
+    names = CatalogNames(list(titles), [list(a) for a in authors], list(descriptions))
+    orwell, v, weis = 0, 3, 4
+    assert names.author_mates(orwell) == [1, 2]
+    assert orwell not in names.author_mates(v) and names.author_mates(v) == []
+    assert names.author_mates(weis) == [5, 6]

@@ -20,7 +20,6 @@ readers. Here an author is the whole name (its tokens folded: case, accents, pun
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from collections import Counter
@@ -29,6 +28,8 @@ from dataclasses import dataclass
 
 from models.text import normalize_text
 from service.engine.book_works import Works, principal_authors
+from service.engine.spelling import deletions, one_edit
+from service.engine.subject_headings import SubjectHeadings
 
 # a title's closing marker: "(Discworld, #30)", "(The Lord of the Rings  #1)", "(Harry Potter
 # #6-7)", "(Discworld  #14; Witches #4)": each ";"-part a series and the book's number in it
@@ -66,7 +67,6 @@ _ARTICLES = frozenset({"the", "a", "an"})  # "the french", "the ripper": a word,
 _NOT_AUTHORS = frozenset({("anonymous",), ("unknown",), ("various",), ("various", "authors")})
 FUZZY_MIN_LENGTH = 5  # shorter words are one edit away from too many others
 MAX_NAME_TOKENS = 6
-MIN_SHARED = 0.5  # subject_mates: how much two books share of headings, at the least
 
 
 def fold(text: str) -> list[str]:
@@ -145,7 +145,7 @@ class CatalogNames:
         for row, series in enumerate(self._row_series):
             for one in series:
                 self._series_rows.setdefault(one, []).append(row)
-        self._row_subjects, self._subject_rows = _subject_index(subjects, len(titles))
+        self.subjects = SubjectHeadings(subjects, len(titles), fold)
         # what a query's words can name: a full name, the name without its initials, any
         # ending of two or more words of that ("garcia marquez", "le guin"), and a surname
         self._phrases: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
@@ -163,7 +163,7 @@ class CatalogNames:
         self._tokens = {t for key in self._author_rows for t in key if len(t) >= FUZZY_MIN_LENGTH}
         self._deletions: dict[str, set[str]] = {}
         for t in self._tokens:
-            for d in _deletions(t):
+            for d in deletions(t):
                 self._deletions.setdefault(d, set()).add(t)
 
     def _name_like(
@@ -204,21 +204,8 @@ class CatalogNames:
         return sorted(mates)
 
     def subject_mates(self, row: int) -> dict[int, float]:
-        """The other books that share one of the book's subject headings (folded; a heading
-        that more than a quarter of the catalog has says nothing of a book: left out), each
-        with how much they share: Σ over the shared headings of log(N / books under it) /
-        log N, so two headings count more than one and a rare heading more than a broad one.
-        A mate shares at least MIN_SHARED: one heading of at most √N books, or two broader ones
-        ("fiction" alone, 35 of the demo's 180 books, counts 0.32: no evidence of likeness)."""
-        n = max(2, len(self._row_subjects))
-        shared: dict[int, float] = {}
-        for key in self._row_subjects[row]:
-            rows = self._subject_rows[key]
-            idf = math.log(n / len(rows)) / math.log(n)
-            for r in rows:
-                shared[r] = shared.get(r, 0.0) + idf
-        shared.pop(row, None)
-        return {r: v for r, v in sorted(shared.items()) if v >= MIN_SHARED}
+        """The books sharing the book's subject headings (service/engine/subject_headings.py)."""
+        return self.subjects.mates(row)
 
     # ---- a typed query
 
@@ -238,20 +225,50 @@ class CatalogNames:
         words = [self._corrected(w, known) for w in fold(query)]
         for n in range(min(MAX_NAME_TOKENS, len(words)), 0, -1):
             for i in range(len(words) - n + 1):
-                form = tuple(words[i : i + n])
-                keys = self._phrases.get(form) or self._misspelt(form) if n >= 2 else None
-                if not keys and not (i and words[i - 1] in _ARTICLES):  # "the ripper"
-                    keys = self._surnames.get(form)
-                if not keys:
+                if not (keys := self._named(words, i, n)):
                     continue
-                rows = sorted({r for key in keys for r in self._author_rows[key]})
+                rows = {r for key in keys for r in self._author_rows[key]}
                 name = self._display[max(sorted(keys), key=lambda k: len(self._author_rows[k]))]
                 if n == len(words) and holding is not None:  # the name alone
-                    others = len(holding(" ".join(form))) - len(rows)
+                    others = len(holding(" ".join(words))) - len(rows)
                     if others > 2 * len(rows):  # clearly more a subject than an author
                         return None
-                intent = "about" if _asks_about(words[:i], words[i + n :]) else "by"
-                return NamedAuthor(name, tuple(rows), intent)
+                start, stop = i, i + n
+                # "margaret weis and tracy hickman": a second name joined by "and" (or "&",
+                # which folds away) is evidence for both
+                if other := self._joined(words, start, stop, joined="&" in query):
+                    (start, stop), more = other
+                    rows |= {r for key in more for r in self._author_rows[key]}
+                    second = self._display[
+                        max(sorted(more), key=lambda k: len(self._author_rows[k]))
+                    ]
+                    name = f"{second} and {name}" if start < i else f"{name} and {second}"
+                intent = "about" if _asks_about(words[:start], words[stop:]) else "by"
+                return NamedAuthor(name, tuple(sorted(rows)), intent)
+        return None
+
+    def _named(self, words: Sequence[str], i: int, n: int) -> set[tuple[str, ...]] | None:
+        """The author keys words[i : i + n] names, if any."""
+        form = tuple(words[i : i + n])
+        keys = self._phrases.get(form) or self._misspelt(form) if n >= 2 else None
+        if not keys and not (i and words[i - 1] in _ARTICLES):  # "the ripper"
+            keys = self._surnames.get(form)
+        return keys
+
+    def _joined(
+        self, words: Sequence[str], i: int, j: int, *, joined: bool
+    ) -> tuple[tuple[int, int], set[tuple[str, ...]]] | None:
+        """A second name right after words[i:j] and "and", or right before them (`joined`:
+        the query had a "&", which folds away, so the names stand side by side): the span of
+        both, and the second's keys."""
+        gap = 0 if joined else 1
+        for n in range(min(MAX_NAME_TOKENS, len(words)), 0, -1):
+            after = j + gap + n <= len(words) and (joined or words[j : j + 1] == ["and"])
+            if after and (keys := self._named(words, j + gap, n)):
+                return (i, j + gap + n), keys
+            before = i >= n + gap and (joined or words[i - 1 : i] == ["and"])
+            if before and (keys := self._named(words, i - gap - n, n)):
+                return (i - gap - n, j), keys
         return None
 
     def _misspelt(self, form: tuple[str, ...]) -> set[tuple[str, ...]] | None:
@@ -260,34 +277,16 @@ class CatalogNames:
         last = form[-1]
         if len(last) < FUZZY_MIN_LENGTH:  # "william tell" is no William Bell
             return None
-        near = [e for e in self._endings.get(form[:-1], ()) if _one_edit(last, e)]
+        near = [e for e in self._endings.get(form[:-1], ()) if one_edit(last, e)]
         return self._phrases[(*form[:-1], near[0])] if len(near) == 1 else None
 
     def _corrected(self, word: str, known: Callable[[str], bool]) -> str:
         if len(word) < FUZZY_MIN_LENGTH or word in self._tokens or known(word):
             return word
-        near = {t for d in (word, *_deletions(word)) for t in self._deletions.get(d, ())}
-        near |= _deletions(word) & self._tokens
-        near = {t for t in near if _one_edit(word, t)}
+        near = {t for d in (word, *deletions(word)) for t in self._deletions.get(d, ())}
+        near |= deletions(word) & self._tokens
+        near = {t for t in near if one_edit(word, t)}
         return near.pop() if len(near) == 1 else word
-
-
-def _subject_index(
-    subjects: Sequence[Sequence[str]] | None, n: int
-) -> tuple[list[tuple[str, ...]], dict[str, list[int]]]:
-    """Each row's distinctive headings (folded), and each heading's rows. A heading held by
-    more than a quarter of the catalog (at least 10 books), "fiction" on a shelf of novels, is
-    dropped: sharing it makes no two books alike."""
-    rows: dict[str, list[int]] = {}
-    folded = []
-    for row, heads in enumerate(subjects or [()] * n):
-        keys = tuple(dict.fromkeys(k for h in heads if (k := " ".join(fold(h)))))
-        folded.append(keys)
-        for key in keys:
-            rows.setdefault(key, []).append(row)
-    common = {k for k, rs in rows.items() if len(rs) > max(10, n // 4)}
-    kept = [tuple(k for k in keys if k not in common) for keys in folded]
-    return kept, {k: rs for k, rs in rows.items() if k not in common}
 
 
 def _asks_about(before: Sequence[str], after: Sequence[str]) -> bool:
@@ -297,24 +296,3 @@ def _asks_about(before: Sequence[str], after: Sequence[str]) -> bool:
     if before and before[-1] == "on":
         return True
     return len(before) >= 2 and before[-1] == "of" and before[-2] in _OF_A_LIFE
-
-
-def _one_edit(a: str, b: str) -> bool:
-    """One substitution, insertion, deletion or swap of neighbours apart (a ≠ b)."""
-    if len(a) < len(b):
-        a, b = b, a
-    if len(a) - len(b) > 1:
-        return False
-    if len(a) - len(b) == 1:
-        return any(a[:i] + a[i + 1 :] == b for i in range(len(a)))
-    diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
-    if len(diff) == 1:
-        return True
-    i, j = diff if len(diff) == 2 else (0, 0)
-    return len(diff) == 2 and j == i + 1 and a[i] == b[j] and a[j] == b[i]
-
-
-def _deletions(word: str) -> set[str]:
-    """Every string one deletion from `word` (symmetric-delete spelling correction: two words
-    one substitution, insertion, deletion or transposition apart share one of these)."""
-    return {word[:i] + word[i + 1 :] for i in range(len(word))}
