@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attend",
         description="Semantic book search whose ranking is attention. Settings come from "
-        "ATTEND_* environment variables or .env (see the README's Configuration); an option "
+        "ATTEND_* environment variables or .env (see docs/configuration.md); an option "
         "given here wins over its variable.",
     )
     parser.add_argument(
