@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The checks a lent GPU machine is for, as one script under 10 minutes (issue 30 item 5):
+#   1. benchmarks/gpu.py: the core on CUDA, N up to 10M in fp16/bf16, against the copy bandwidth
+#      (exits at once, saying so, where torch sees no CUDA device);
+#   2. benchmarks.service at 1 and 32 clients on the same index, the server on CUDA and on the
+#      CPU in turn: the service's q/s on the GPU against the CPU's.
+# Without a GPU step 1 says so and step 2 runs its CPU half. Results go to $OUT (default
+# benchmarks/results/device): gpu.json, gpu.txt, service-<device>.json.
+#
+#   bash benchmarks/device_check.sh                     # the shared catalog, else the demo one
+#   CATALOG=indexer/data/demo_books.jsonl SECONDS_PER_CELL=3 bash benchmarks/device_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+OUT="${OUT:-benchmarks/results/device}"
+PY="${PYTHON:-.venv/bin/python}"
+[ -x "$PY" ] || PY=python3
+SECONDS_PER_CELL="${SECONDS_PER_CELL:-5}"
+CATALOG="${CATALOG:-../shared/data/books.jsonl}"
+[ -f "$CATALOG" ] || CATALOG=indexer/data/demo_books.jsonl
+mkdir -p "$OUT"
+export HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4
+
+echo "== 1. benchmarks/gpu.py (at most 5 min)"
+timeout 300 "$PY" benchmarks/gpu.py --json-file "$OUT/gpu.json" | tee "$OUT/gpu.txt"
+
+DEVICES=cpu
+if "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    DEVICES="cuda cpu"
+fi
+DB="$OUT/index.db"
+echo "== 2. $CATALOG indexed into $DB, then benchmarks.service on: $DEVICES"
+# indexed on the fastest device there is (a GPU embeds the shared catalog in seconds)
+ATTEND_DEVICE="${DEVICES%% *}" timeout 240 "$PY" -c \
+    "import sys; from service.launch import main; sys.argv[0] = 'attend'; sys.exit(main())" \
+    index "$CATALOG" --database-url "sqlite:///$DB" || exit 1
+for device in $DEVICES; do
+    timeout 150 "$PY" -m benchmarks.service --database-url "sqlite:///$DB" --clients 1 32 \
+        --seconds "$SECONDS_PER_CELL" --env "ATTEND_DEVICE=$device" --json \
+        > "$OUT/service-$device.json" || echo "benchmarks.service on $device failed"
+    "$PY" - "$OUT/service-$device.json" "$device" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+for r in rows:
+    print(f"{sys.argv[2]}: {r['mode']} {r['clients']} clients {r['qps']:.1f} q/s p50 {r['p50_ms']:.1f} ms")
+EOF
+done
