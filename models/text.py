@@ -67,6 +67,19 @@ def normalize_text(text: str) -> str:
     return unicodedata.normalize("NFKC", "".join(out))
 
 
+def without_combining(text: str) -> str:
+    """`text` without its characters of a nonzero canonical combining class (the accents an
+    NFKD decomposition splits off): the per-character test only in its runs of non-ASCII
+    characters, which are few and short in a catalog's text."""
+    if text.isascii():
+        return text
+    return _NON_ASCII.sub(_bare_run, text)
+
+
+def _bare_run(run: re.Match[str]) -> str:
+    return "".join(ch for ch in run.group() if not unicodedata.combining(ch))
+
+
 def normalize_id(book_id: str) -> str:
     """A book id as stored and looked up: NFC, without format characters."""
     return unicodedata.normalize("NFC", _without_format(book_id))

@@ -16,7 +16,8 @@ from conftest import FakeEncoder, serve_books, write_jsonl
 from indexer import pipeline
 from indexer.catalog import CatalogError
 from indexer.settings import IndexSettings
-from models.text import normalize_id, normalize_text
+from models.text import normalize_id, normalize_text, without_combining
+from service.engine.catalog_names import fold
 from service.engine.lexical import LexicalIndex
 
 BOOKS: list[dict[str, object]] = [
@@ -136,3 +137,20 @@ def test_normalize_text_equals_the_per_character_loop() -> None:
     texts += ["caf\u00e9 \u2014 na\u00efve", "\u00e9t\u00e9", "\u1e9b\u0323", "\ufb01ne \u00bd"]
     for text in texts:
         assert normalize_text(text) == _normalize_text_by_the_loop(text), ascii(text)
+
+
+def test_without_combining_equals_the_per_character_test() -> None:
+    """What catalog_names.fold strips from an NFKD decomposition, on random texts of ASCII,
+    accented letters decomposed, marks of other scripts, and characters outside the BMP."""
+    alphabet = (
+        "aeZ9 .,'-\u00e9\u00f1\u00e7\u0301\u0308\u0327\u0323\u093f\u094d\u0e31\u0e48\u05b0"
+        "\u3099\u2019\u2014\u00df\ufb01\U0001d400\U0001d165\U0001d16d\U000e0100"
+    )
+    rng = random.Random(31)
+    texts = ["".join(rng.choices(alphabet, k=rng.randint(0, 16))) for _ in range(3000)]
+    texts += ["Garc\u00eda M\u00e1rquez", "J.R.R. Tolkien", "Bront\u00eb", "\u0130stanbul"]
+    for text in texts:
+        decomposed = unicodedata.normalize("NFKD", text)
+        expected = "".join(c for c in decomposed if not unicodedata.combining(c))
+        assert without_combining(decomposed) == expected, ascii(text)
+    assert fold("Garc\u00eda M\u00e1rquez") == ["garcia", "marquez"]

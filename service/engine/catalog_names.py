@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass
 
-from models.text import normalize_text
+from models.text import normalize_text, without_combining
 from service.engine.book_works import Works, principal_authors
 from service.engine.spelling import deletions, one_edit
 from service.engine.subject_headings import SubjectHeadings
@@ -73,8 +73,7 @@ def fold(text: str) -> list[str]:
     """Words of `text` case-folded with accents, punctuation and invisible characters gone:
     "García Márquez" → ["garcia", "marquez"], "J.R.R." → ["j", "r", "r"]."""
     decomposed = unicodedata.normalize("NFKD", normalize_text(text))
-    bare = "".join(c for c in decomposed if not unicodedata.combining(c))
-    return _WORD.findall(bare.casefold())
+    return _WORD.findall(without_combining(decomposed).casefold())
 
 
 def series_keys(title: str) -> tuple[str, ...]:
