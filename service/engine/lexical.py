@@ -125,12 +125,12 @@ class LikeThisIndex:
             [normalize_text(t) for t in texts], stopwords="en", show_progress=False
         )
         self._bm25 = bm25s.BM25(k1=1.5, b=0.75)
-        if self.size:
-            self._bm25.index(tokens, show_progress=False)
         # each book's query, its own tokens: (Σ tokens,) int32 and where each book's start
         ids = [np.asarray(t, dtype=np.int32) for t in tokens.ids]
         self._starts = np.cumsum([0, *(len(t) for t in ids)])
         self._tokens = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)
+        if self._tokens.size:  # no word at all (every text stop words): bm25s divides by 0
+            self._bm25.index(tokens, show_progress=False)
         logger.info(
             "built the more-like-this BM25 of %d books in %.2f s",
             self.size,
