@@ -237,6 +237,30 @@ def serve_books(
         yield client
 
 
+@contextmanager
+def serve_demo_with(folder: Path, extra: list[dict[str, object]]) -> Iterator[TestClient]:
+    """The app over the demo catalog and `extra`, indexed into SQLite in `folder` with the real
+    packaged model, with the service's defaults on the CPU."""
+    from indexer import pipeline
+    from indexer.data import DEMO_CATALOG
+    from indexer.settings import IndexSettings
+    from service.api.main import create_app
+    from service.engine.startup import build_encoder
+    from service.settings import ServiceSettings
+
+    catalog = write_jsonl(folder / "books.jsonl", extra)
+    catalog.write_text(DEMO_CATALOG.read_text(encoding="utf-8") + catalog.read_text())
+    url = f"sqlite:///{folder / 'attend.db'}"
+    settings = IndexSettings(database_url=url)
+    engine = db.create_db_engine(url)
+    try:
+        pipeline.run(settings, engine=engine, encoder=build_encoder(settings), path=catalog)
+    finally:
+        engine.dispose()
+    with TestClient(create_app(ServiceSettings(database_url=url, device="cpu"))) as client:
+        yield client
+
+
 def index_demo_catalog(url: str) -> None:
     """Migrate the empty database at `url` and index the demo catalog into it (fake encoder)."""
     from indexer import pipeline

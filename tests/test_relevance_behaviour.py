@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import write_jsonl
+from conftest import serve_demo_with
 
 pytestmark = pytest.mark.model
 
@@ -71,25 +71,7 @@ EXTRA = [
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    from indexer import db, pipeline
-    from indexer.data import DEMO_CATALOG
-    from indexer.settings import IndexSettings
-    from service.api.main import create_app
-    from service.engine.startup import build_encoder
-    from service.settings import ServiceSettings
-
-    folder = tmp_path_factory.mktemp("relevance")
-    catalog = folder / "books.jsonl"
-    write_jsonl(catalog, EXTRA)
-    catalog.write_text(DEMO_CATALOG.read_text(encoding="utf-8") + catalog.read_text())
-    url = f"sqlite:///{folder / 'attend.db'}"
-    settings = IndexSettings(database_url=url)
-    engine = db.create_db_engine(url)
-    try:
-        pipeline.run(settings, engine=engine, encoder=build_encoder(settings), path=catalog)
-    finally:
-        engine.dispose()
-    with TestClient(create_app(ServiceSettings(database_url=url, device="cpu"))) as c:
+    with serve_demo_with(tmp_path_factory.mktemp("relevance"), EXTRA) as c:
         yield c
 
 
