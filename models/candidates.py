@@ -69,13 +69,19 @@ def exact_in_lists(scores: Tensor, cand: Tensor, top: TopLists) -> None:
     it with that list's exact score: the sweep's float32 products can differ in the last bit
     with the chunking or the shard (models/attention.py), and these are the terms that carry
     the weight."""
-    C = cand.shape[1]
-    big = torch.iinfo(torch.long).max
-    ordered = torch.where(cand >= 0, cand, big)  # (B, C) ascending, padding last
     for h, (idx, _, exact) in enumerate(top):
-        pos = torch.searchsorted(ordered, idx.clamp_min(0)).clamp_max(C - 1)  # (B, k)
-        b, j = ((idx >= 0) & (ordered.gather(1, pos) == idx)).nonzero(as_tuple=True)
-        scores[b, pos[b, j], h] = exact[b, j]  # a list's rows are distinct: no collisions
+        b, j, c = list_positions(cand, idx)
+        scores[b, c, h] = exact[b, j]  # a list's rows are distinct: no collisions
+
+
+def list_positions(cand: Tensor, idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Where a head's list idx (B, k) (−1 padded) sits among the candidates cand (B, C)
+    (ascending, −1 padded, `union`'s): (b, j, c) for every list entry idx[b, j] = cand[b, c]."""
+    C = cand.shape[1]
+    ordered = torch.where(cand >= 0, cand, torch.iinfo(torch.long).max)  # padding last
+    pos = torch.searchsorted(ordered, idx.clamp_min(0)).clamp_max(C - 1)  # (B, k)
+    b, j = ((idx >= 0) & (ordered.gather(1, pos) == idx)).nonzero(as_tuple=True)
+    return b, j, pos[b, j]
 
 
 def union(top: TopLists) -> Tensor:

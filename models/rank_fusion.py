@@ -31,6 +31,7 @@ from torch import Tensor
 from models.candidates import (
     check_heads,
     exact_in_lists,
+    list_positions,
     scored_top,
     top_by_row,
     union,
@@ -117,13 +118,10 @@ def reciprocal_ranks(cand: Tensor, top: TopLists, k0: float) -> Tensor:
     order a list gives its ties (a shard's merge, a batch) moves no weight."""
     B, C = cand.shape
     out = torch.zeros(B, C, len(top), dtype=torch.float64)
-    big = torch.iinfo(torch.long).max
-    ordered = torch.where(cand >= 0, cand, big)
     for h, (idx, _, exact) in enumerate(top):
         # (B, k) 1-based competition ranks: the first place in the list with the same score
         s = torch.where(idx >= 0, -exact, torch.inf).contiguous()  # ascending
         rank = torch.searchsorted(s, s, side="left") + 1
-        pos = torch.searchsorted(ordered, idx.clamp_min(0)).clamp_max(C - 1)  # (B, k)
-        b, j = ((idx >= 0) & (ordered.gather(1, pos) == idx)).nonzero(as_tuple=True)
-        out[b, pos[b, j], h] = 1.0 / (k0 + rank[b, j].double())
+        b, j, c = list_positions(cand, idx)
+        out[b, c, h] = 1.0 / (k0 + rank[b, j].double())
     return out
