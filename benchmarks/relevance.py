@@ -87,7 +87,9 @@ from benchmarks.relevance_report import Figures, as_json, report
 from benchmarks.relevance_works import Works
 from indexer import db, pipeline, store
 from indexer.settings import IndexSettings
+from models.keys import LocalKeys
 from service.engine.searcher import SearchOptions
+from service.engine.served_index import RANK_FIELD
 from service.engine.startup import build_encoder, build_searcher
 from service.settings import ServiceSettings
 
@@ -142,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
     books = [by_id[i] for i in index.books.ids]
     row_of = {b.id: i for i, b in enumerate(books)}
     base = Baselines(books, searcher.encoder, results)
-    works = Works(books)
+    assert isinstance(index.keys, LocalKeys)  # the suite runs in one process
+    works = Works(books, index.keys.host()[RANK_FIELD])
     kinds: list[str] = args.kinds
     old = judged_queries(books, args.subjects) if set(kinds) & set(KINDS) else []
     queries = {k: [q for q in old if q.kind == k] for k in kinds}

@@ -127,16 +127,17 @@ def _works(f: Figures) -> list[str]:
     lines = [
         "",
         "distinct works in the top 10 (mean; a work = normalised title + first author; fewer "
-        "where a row returns fewer books) / share of top 10s holding two editions of one work",
-        f"{'':<12}" + "".join(f"{k:>15}" for k in kinds),
+        "where a row returns fewer books) / share of top 10s holding two editions of one work "
+        "/ mean cosine of two of its books' description keys (lower: more varied)",
+        f"{'':<12}" + "".join(f"{k:>21}" for k in kinds),
     ]
     for row in ALL_ROWS:
         if not any(row in f.works[k] for k in kinds):
             continue
         cells = "".join(
-            f"{w['distinct_works@10']:>9.2f} {w['doubled@10']:>5.2f}"
+            f"{w['distinct_works@10']:>9.2f} {w['doubled@10']:>5.2f} {w['alike@10']:>5.2f}"
             if (w := f.works[k].get(row))
-            else f"{'':>15}"
+            else f"{'':>21}"
             for k in kinds
         )
         lines.append(f"{row:<12}{cells}")
@@ -146,11 +147,11 @@ def _works(f: Figures) -> list[str]:
             "",
             f"recommend as served (k = 10, the service's defaults, the liked authors kept; "
             f"{pairs} pairs): share of the top 10 by a liked author (mean over the pairs; "
-            "the issue's bar: ≤ 0.3) / distinct works / share doubled",
+            "the issue's bar: ≤ 0.3) / distinct works / share doubled / mean cosine of two",
         ]
         lines += [
             f"  {row:<12}{s['liked_authors@10']:>6.3f}{s['distinct_works@10']:>9.2f}"
-            f"{s['doubled@10']:>7.2f}"
+            f"{s['doubled@10']:>7.2f}{s['alike@10']:>7.2f}"
             for row, s in f.served.items()
         ]
         if f.example:

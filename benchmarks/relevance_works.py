@@ -11,7 +11,10 @@ judges the product's grouping and caps independently:
 - per ranking: the number of distinct works among its first `DEPTH` books, and whether two of
   them are editions of one work (`doubled`);
 - for a pair of liked books: the share of the top `DEPTH` that shares an author (names
-  casefolded) with either liked book.
+  casefolded) with either liked book;
+- how alike a ranking's books are to one another (its variety, read the other way): the mean
+  cosine between the description keys of two books of its top `DEPTH` (`alike`; ten books
+  about one thing are close to 1).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Sequence
+
+import numpy as np
 
 from benchmarks.relevance_labels import Book
 
@@ -38,8 +43,10 @@ def work_of(book: Book) -> tuple[str, str]:
 class Works:
     """The work of each catalog row (index order), and the figures over rankings of rows."""
 
-    def __init__(self, books: Sequence[Book]):
+    def __init__(self, books: Sequence[Book], keys: np.ndarray):
+        """`keys`: (N, d) the books' unit-length description keys, in the books' order."""
         self.books = books
+        self.keys = keys
         self.work = [work_of(b) for b in books]
         self.authors = [{a.casefold() for a in b.authors} for b in books]
 
@@ -48,10 +55,19 @@ class Works:
         editions of one work."""
         distinct = [len({self.work[r] for r in ranked[:DEPTH]}) for ranked in rankings]
         doubled = [n < len(ranked[:DEPTH]) for n, ranked in zip(distinct, rankings, strict=True)]
+        alike = [self.alike(ranked[:DEPTH]) for ranked in rankings if len(ranked) > 1]
         return {
             "distinct_works@10": statistics.fmean(distinct) if distinct else 0.0,
             "doubled@10": statistics.fmean(doubled) if doubled else 0.0,
+            "alike@10": statistics.fmean(alike) if alike else 0.0,
         }
+
+    def alike(self, rows: Sequence[int]) -> float:
+        """The mean cosine of the description keys of two distinct books of `rows`."""
+        k = self.keys[list(rows)].astype(np.float64)  # (n, d)
+        n = len(rows)
+        sim = k @ k.T
+        return float((sim.sum() - np.trace(sim)) / (n * (n - 1)))
 
     def liked_share(
         self, liked: Sequence[tuple[int, int]], rankings: Sequence[Sequence[int]]

@@ -95,6 +95,35 @@ def _subjects(extra: dict[str, Any]) -> tuple[str, ...]:
     return ()
 
 
+# the metadata fields of how many readers rated a book (Goodreads' `ratings_count`)
+RATINGS_FIELDS = ("ratings_count", "num_ratings", "rating_count", "number_of_ratings")
+
+
+def book_rating_counts(
+    *, session: Session, book_ids: Sequence[str], generation: int | None = None
+) -> list[int | None]:
+    """How many readers rated each of `book_ids` in `generation` (default: the active one), in
+    their order: the first of `RATINGS_FIELDS` a book has, a non-negative integer (or its
+    digits as text); None for a book without one."""
+    if generation is None:
+        generation = active_generation_id(session=session)
+    if generation is None:
+        return [None] * len(book_ids)
+    stmt = select(Book.id, Book.extra).where(visible_at(generation))
+    found = {book_id: _rating_count(extra or {}) for book_id, extra in session.execute(stmt)}
+    return [found.get(book_id) for book_id in book_ids]
+
+
+def _rating_count(extra: dict[str, Any]) -> int | None:
+    for name in RATINGS_FIELDS:
+        value = extra.get(name)
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
 def count_books(*, session: Session, generation: int | None = None) -> int:
     """Books in `generation` (default: the active one)."""
     if generation is None:

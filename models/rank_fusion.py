@@ -9,6 +9,11 @@ head's ordering of the catalog says of it, in proportion to π. This is reciproc
 (Cormack et al. 2009, k₀ = 60), weighted and normalised into a distribution over the books. A
 book in no head's top `depth` gets weight 0; the weights sum to 1 over the rest.
 
+A prior over the books, log ρ(i) (B, N) or (N,), may weigh each book's fused evidence:
+weight_i = ρ(i) Σ_h π_h c_h(i) / Z, Bayes' p(i | q) ∝ p(q | i) p(i) with the fusion as the
+likelihood. It only reorders the books some head lists (a book in no list still gets 0), and a
+book's shares still sum to its weight: the prior scales all of its heads' parts alike.
+
 Each head h is still scaled dot-product attention over the whole catalog (a dense head's
 logits scale_h · q_h K_hᵀ, a scored head's scale_h · s_h): its top `depth` are exact, and so
 are the ranks. The shares π_h c_h(i) / Z sum to the weight over h, and p_h(i) = c_h(i) / Σ_j
@@ -55,11 +60,13 @@ def fuse_ranks(
     entropy: bool = False,
     depth: int = DEPTH,
     k0: float = RRF_K,
+    log_prior: Tensor | None = None,
 ) -> MixSteps:
     """The exact top-k books of the rank fusion above, π (B, Hd + Hs) with rows summing to 1:
     the dense heads (one scale each, over `size` rows) first, then the scored heads. A
     generator like `models.mixture.mix_topk`, and returns the same `Mixture` (its `logsumexp`
-    is each head's, as there; `entropy` is of the weights, which are 0 outside the lists)."""
+    is each head's, as there; `entropy` is of the weights, which are 0 outside the lists);
+    `log_prior` (N,) or (B, N), the books' log ρ above (None: uniform)."""
     check_heads(scales, size, scored, pi)
     B, H = pi.shape
     Hd = len(scales)
@@ -82,6 +89,8 @@ def fuse_ranks(
     exact_in_lists(scores, cand, top[:Hd])
     c = reciprocal_ranks(cand, top, k0)  # (B, C, H)
     raw = c * pi[:, None, :]  # (B, C, H)
+    if log_prior is not None:
+        raw = raw * prior_at(log_prior, cand)[:, :, None]
     total = raw.sum((1, 2), keepdim=True).clamp_min(1e-300)  # (B, 1, 1)
     shares = raw / total
     probs = c / c.sum(1, keepdim=True).clamp_min(1e-300)  # each head's own distribution
@@ -109,6 +118,16 @@ def fuse_ranks(
         entropy=ent,
         rounds=1,
     )
+
+
+def prior_at(log_prior: Tensor, cand: Tensor) -> Tensor:
+    """(B, C) float64 ρ(i) of each candidate, divided by its row's largest so it
+    never overflows (the weights are normalised after); 0 at the −1 padding."""
+    B = cand.shape[0]
+    lp = log_prior.double().cpu().expand(B, -1)  # (B, N)
+    at = lp.gather(1, cand.clamp_min(0))  # (B, C)
+    at = torch.where(cand >= 0, at, -torch.inf)
+    return (at - at.amax(1, keepdim=True).clamp_min(-1e300)).exp()
 
 
 def reciprocal_ranks(cand: Tensor, top: TopLists, k0: float) -> Tensor:

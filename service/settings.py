@@ -70,6 +70,28 @@ class ServiceSettings(StoreSettings, RaySettings):
         "one look-alike title outweighed every other head in a mixture) or mixture "
         "(Σ π_h softmax_h, as a search).",
     )
+    similar_readers: float = Field(
+        0.0,
+        ge=0,
+        le=2,
+        description="γ of the readers' prior on similar books and recommendations: each book's "
+        "fused weight times (1 + how many readers rated it)^γ (the catalog's `ratings_count`; "
+        "a book without one counts as the median), so that of two equally close books the one "
+        "more people read comes first. Off by default: on the shared catalog it lifts the suite's "
+        "topical figures only because its labelled books are the more-read ones, and it brings "
+        "best-sellers into lists they do not belong in. It needs ATTEND_SIMILAR_FUSION=rank; a "
+        "catalog without counts has no prior.",
+    )
+    similar_diversity: float = Field(
+        0.8,
+        ge=0,
+        le=1,
+        description="λ of the maximal marginal relevance that orders similar books and "
+        "recommendations: each next result by λ · its weight (over the top one's) − (1 − λ) · "
+        "its description key's largest cosine with a result above it, so that ten books about "
+        "one thing are not the whole answer. 1 keeps the fused order; each result's weight is "
+        "still its own.",
+    )
     key_dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
         "auto",
         description="Keys in memory: auto is float16 on CUDA and float32 on the CPU.",
@@ -284,6 +306,8 @@ class ServiceSettings(StoreSettings, RaySettings):
             parse_heads(self.similar_heads),
             parse_scales(self.similar_head_scales),
             self.similar_fusion,
+            self.similar_readers if self.similar_fusion == "rank" else 0.0,
+            self.similar_diversity,
         )
 
     generation_poll_s: float = Field(

@@ -241,12 +241,21 @@ def serve_books(
 def serve_demo_with(folder: Path, extra: list[dict[str, object]]) -> Iterator[TestClient]:
     """The app over the demo catalog and `extra`, indexed into SQLite in `folder` with the real
     packaged model, with the service's defaults on the CPU."""
+    from service.api.main import create_app
+    from service.settings import ServiceSettings
+
+    url = index_demo_with(folder, extra)
+    with TestClient(create_app(ServiceSettings(database_url=url, device="cpu"))) as client:
+        yield client
+
+
+def index_demo_with(folder: Path, extra: list[dict[str, object]]) -> str:
+    """The URL of a SQLite database in `folder` holding the demo catalog and `extra`, indexed
+    with the real packaged model."""
     from indexer import pipeline
     from indexer.data import DEMO_CATALOG
     from indexer.settings import IndexSettings
-    from service.api.main import create_app
     from service.engine.startup import build_encoder
-    from service.settings import ServiceSettings
 
     catalog = write_jsonl(folder / "books.jsonl", extra)
     catalog.write_text(DEMO_CATALOG.read_text(encoding="utf-8") + catalog.read_text())
@@ -257,8 +266,7 @@ def serve_demo_with(folder: Path, extra: list[dict[str, object]]) -> Iterator[Te
         pipeline.run(settings, engine=engine, encoder=build_encoder(settings), path=catalog)
     finally:
         engine.dispose()
-    with TestClient(create_app(ServiceSettings(database_url=url, device="cpu"))) as client:
-        yield client
+    return url
 
 
 def index_demo_catalog(url: str) -> None:

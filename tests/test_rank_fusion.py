@@ -28,10 +28,21 @@ def _fuse(
     k: int,
     depth: int,
     mask: torch.Tensor | None = None,
+    log_prior: torch.Tensor | None = None,
 ) -> Mixture:
     N = dense[0].keys.shape[0]
     local = LocalDenseHeads(dense, size=N, mask=mask)
-    steps = fuse_ranks(local.scales, N, scored, pi, k=k, mask=mask, depth=depth, entropy=True)
+    steps = fuse_ranks(
+        local.scales,
+        N,
+        scored,
+        pi,
+        k=k,
+        mask=mask,
+        depth=depth,
+        entropy=True,
+        log_prior=log_prior,
+    )
     return run_mixture(local, steps)
 
 
@@ -66,6 +77,32 @@ def test_the_fused_top_k_is_the_brute_force_rrf(use_mask: bool) -> None:
     torch.testing.assert_close(mix.weights, top.values, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(mix.shares.sum(-1), mix.weights, rtol=1e-12, atol=1e-15)
     assert mix.entropy is not None and bool((mix.entropy > 0).all())
+
+
+def test_a_prior_weighs_each_books_fused_evidence() -> None:
+    """weight ∝ ρ(i) Σ_h π_h c_h(i): the brute force's RRF times the prior, renormalised over
+    the books some head lists; a book's shares still sum to its weight, and a prior that is
+    one constant everywhere changes nothing."""
+    B, N, d, k, depth = 2, 300, 16, 15, 40
+    K1, K2 = _unit(N, d, 11), _unit(N, d, 12)
+    q1, q2 = _unit(B, d, 13), _unit(B, d, 14)
+    pi = torch.tensor([[0.3, 0.7], [0.5, 0.5]], dtype=torch.float64)
+    log_prior = torch.rand(N, generator=torch.Generator().manual_seed(15), dtype=torch.float64)
+    log_prior = 3.0 * log_prior  # ρ from 1 to e³: enough to reorder the lists
+    dense = [DenseHead(q1, K1, 20.0), DenseHead(q2, K2, 25.0)]
+    mix = _fuse(dense, [], pi, k=k, depth=depth, log_prior=log_prior)
+    rrf = _brute([q1 @ K1.T, q2 @ K2.T], pi, depth, None)
+    want = rrf * log_prior.exp()
+    want = want / want.sum(-1, keepdim=True)
+    top = want.topk(k, dim=-1)
+    assert torch.equal(mix.indices, top.indices)
+    assert not torch.equal(mix.indices, rrf.topk(k, dim=-1).indices)  # the prior reorders
+    torch.testing.assert_close(mix.weights, top.values, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(mix.shares.sum(-1), mix.weights, rtol=1e-12, atol=1e-15)
+    flat = _fuse(dense, [], pi, k=k, depth=depth, log_prior=torch.full((N,), 7.0))
+    plain = _fuse(dense, [], pi, k=k, depth=depth)
+    assert torch.equal(flat.indices, plain.indices)
+    torch.testing.assert_close(flat.weights, plain.weights, rtol=1e-12, atol=1e-15)
 
 
 def test_one_peaked_head_does_not_decide() -> None:

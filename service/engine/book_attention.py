@@ -94,7 +94,16 @@ def rank_by_books(
                         name, head.scale, [asked[name] / L], scored=one_book, evidence=[has[b]]
                     )
                 )
-    ranked = rank(index, comps, k=k, filters=[filters], mask=mask, fusion=heads.fusion)
+    readers = index.readers if heads.readers > 0 and heads.fusion == "rank" else None
+    ranked = rank(
+        index,
+        comps,
+        k=k,
+        filters=[filters],
+        mask=mask,
+        fusion=heads.fusion,
+        log_prior=None if readers is None else heads.readers * readers,
+    )
     mixed, mix = ranked.mixed, ranked.mix
     kept_parts = [parts[c] for c in mixed.columns]
     tasted = [h for b, h in kept_parts if b == TASTE]

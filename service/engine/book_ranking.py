@@ -19,8 +19,9 @@ description key. For liked books L and disliked books D, liked book l asks head 
     weight(i) = Σ_l Σ_h (π_h / |L|) · c_{l,h}(i) / Z,  c = 1 / (60 + rank of i in p_{l,h})
 
 the rank fusion of models/rank_fusion.py (by default, ATTEND_SIMILAR_FUSION; `mixture` gives
-Σ π p instead), and `similar(b)` is the same with L = {b}; with several liked books the field
-and lexical heads ask once, with their taste (the mean of their queries, normalised). Fused by
+Σ π p instead), times a readers' prior (1 + ratings)^γ where ATTEND_SIMILAR_READERS asks for
+one, and `similar(b)` is the same with L = {b}; with several liked books the field and lexical
+heads ask once, with their taste (the mean of their queries, normalised). Fused by
 rank, no head's peak decides: a title head that finds one look-alike title ("The Glass Castle"
 → "Glass House") is one opinion at its π, not the answer. The heads follow the evidence a book
 has: a book of no series gets no series part, a book with no other book by its principal
@@ -30,7 +31,9 @@ standalone book is carried by its title and description keys and its text. A res
 π_{l,h} c_{l,h}(i) / (Z · weight(i)) sum to 1 over (l, h): which liked book, through which
 head, gave it its weight.
 
-A work takes one slot (its best-ranked edition; the others are listed under it), and a
+A work takes one slot (its best-ranked edition; the others are listed under it), the slots
+are ordered for variety by maximal marginal relevance over the description keys
+(models/diversity.py, λ = `BookHeads.diversity`; each result keeps its own weight), and a
 recommendation gives the liked books' principal authors at most `own_authors` slots (3 by
 default: the reader knows them), saying how many it held back. The exact top-k is over the keys
 wherever they are: the index's `KeyStore` brings the liked books' keys and attends with them,
@@ -39,8 +42,11 @@ in this process or on the shards (service/cluster/shards/router.py), as a search
 
 from __future__ import annotations
 
+import torch
+
+from models.diversity import mmr_order
 from service.engine.book_attention import TASTE, rank_by_books
-from service.engine.book_works import own_authors_of, pick_slots
+from service.engine.book_works import AuthorKey, own_authors_of, pick_slots
 from service.engine.exceptions import BookNotFoundError
 from service.engine.head_weights import (
     BookHeads,
@@ -75,6 +81,34 @@ def rows_of(index: ServedIndex, ids: list[str]) -> list[int]:
     return rows
 
 
+def diverse_slots(
+    index: ServedIndex,
+    ranked: list[int],
+    weights: list[float],
+    k: int,
+    *,
+    lam: float,
+    own: set[AuthorKey] | None = None,
+    own_limit: int | None = None,
+) -> tuple[list[tuple[int, list[int]]], int]:
+    """`pick_slots` over the ranked rows in MMR order (models/diversity.py, over their
+    description keys, λ = `lam`): positions into `ranked`, as there."""
+    order = list(range(len(ranked)))
+    if lam < 1.0 and len(ranked) > 1:
+        keys = index.keys.key_rows(ranked, [RANK_FIELD])[0]  # (C, d)
+        order = mmr_order(keys, torch.tensor(weights[: len(ranked)]), lam)
+    names = index.names
+    slots, held = pick_slots(
+        names.works,
+        names.principal,
+        [ranked[p] for p in order],
+        k,
+        own=own,
+        own_limit=own_limit,
+    )
+    return [(order[r], [order[e] for e in below]) for r, below in slots], held
+
+
 def asked_for(index: ServedIndex, k: int, liked: list[int]) -> int:
     """How many hits to rank for k works: room for the works' other editions below them, and
     for every book by the liked books' principal authors, which a recommendation may hold
@@ -96,9 +130,8 @@ def similar(index: ServedIndex, book_id: str, *, k: int, heads: BookHeads) -> Si
         desc = description_scores(index, q, mix.indices, filters=[att.filters])[0].tolist()
     (hits,) = hit_parts(mix, [h for _, h in att.parts], [att.weights])
     weights = mix.weights[0].tolist()
-    names = index.names
     ranked = [i for i, _ in hits] if att.answered else []  # else: every asked head abstained
-    slots, _ = pick_slots(names.works, names.principal, ranked, k)
+    slots, _ = diverse_slots(index, ranked, weights, k, lam=heads.diversity)
     results = [
         RankedBook(
             n + 1,
@@ -139,8 +172,14 @@ def recommend(
     ids, titles, names = index.books.ids, index.books.titles, index.names
     ranked = [i for i in mix.indices[0].tolist() if i >= 0] if att.answered else []
     own = own_authors_of(names.principal, liked_rows)
-    slots, held = pick_slots(
-        names.works, names.principal, ranked, k, own=own, own_limit=own_authors
+    slots, held = diverse_slots(
+        index,
+        ranked,
+        mix.weights[0].tolist(),
+        k,
+        lam=heads.diversity,
+        own=own,
+        own_limit=own_authors,
     )
     results = []
     for n, (r, below) in enumerate(slots):

@@ -109,7 +109,13 @@ class Front:
         scales."""
         if not heads:
             return self.book_heads
-        return BookHeads(heads, self.book_heads.scales, self.book_heads.fusion)
+        return BookHeads(
+            heads,
+            self.book_heads.scales,
+            self.book_heads.fusion,
+            self.book_heads.readers,
+            self.book_heads.diversity,
+        )
 
 
 @contextmanager

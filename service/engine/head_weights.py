@@ -115,3 +115,7 @@ class BookHeads:
     weights: dict[str, float]
     scales: HeadScales
     fusion: Fusion = "rank"
+    # γ of the readers' prior ρ(i) = (1 + readers of i)^γ on the rank fusion (0: none)
+    readers: float = 0.0
+    # λ of the results' maximal marginal relevance over their description keys (1: none)
+    diversity: float = 1.0

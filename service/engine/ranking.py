@@ -61,11 +61,14 @@ def rank(
     mask: Tensor | None,
     entropy: bool = False,
     fusion: Fusion = "mixture",
+    log_prior: Tensor | None = None,
 ) -> Ranked:
     """The exact top k of each query of the batch, the dense components first: by
     Σ_c π_c softmax(scale_c · logits_c) (`fusion="mixture"`, models/mixture.py), or by the
-    weighted reciprocal ranks of each component's softmax (`"rank"`, models/rank_fusion.py);
-    `mask` is `filters`' mask."""
+    weighted reciprocal ranks of each component's softmax (`"rank"`, models/rank_fusion.py),
+    there times the books' prior ρ (`log_prior` (N,): log ρ); `mask` is `filters`' mask."""
+    if log_prior is not None and fusion != "rank":
+        raise ValueError("a prior over the books weighs the rank fusion only")
     if any(c.dense for c in components[sum(c.dense for c in components) :]):
         raise ValueError("the dense components come first")
     B = len(filters)
@@ -86,8 +89,21 @@ def rank(
         q, [(c.head, c.scale) for c in kept if c.dense], filters=filters, mask=mask
     )
     scored = [c.scored for c in kept if c.scored is not None]
-    fuse = fuse_ranks if fusion == "rank" else mix_topk
-    steps = fuse(dense.scales, dense.size, scored, mixed.pi, k=k, mask=mask, entropy=entropy)
+    if fusion == "rank":
+        steps = fuse_ranks(
+            dense.scales,
+            dense.size,
+            scored,
+            mixed.pi,
+            k=k,
+            mask=mask,
+            entropy=entropy,
+            log_prior=log_prior,
+        )
+    else:
+        steps = mix_topk(
+            dense.scales, dense.size, scored, mixed.pi, k=k, mask=mask, entropy=entropy
+        )
     return Ranked(mixed, kept, run_mixture(dense, steps))
 
 

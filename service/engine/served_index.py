@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -72,6 +73,17 @@ def like_this_index(books: BookColumns, descriptions: Sequence[str | None] | Non
     )
 
 
+def readers_of(counts: Sequence[int | None] | None) -> Tensor | None:
+    """(N,) float64 log(1 + readers) of each book, the readers' prior of similar books and
+    recommendations (service/engine/book_attention.py); a book without a count gets the median
+    of those with one (unknown is not unread). None when no book has a count."""
+    known = [c for c in counts or () if c is not None]
+    if not known or counts is None:
+        return None
+    median = float(np.median(known))
+    return torch.tensor([median if c is None else c for c in counts], dtype=torch.float64).log1p()
+
+
 class ServedIndex:
     """One generation of the catalog, ready to search: books, filter columns, BM25 and keys."""
 
@@ -82,6 +94,7 @@ class ServedIndex:
         *,
         descriptions: Sequence[str | None] | None = None,
         subjects: Sequence[Sequence[str]] | None = None,
+        rating_counts: Sequence[int | None] | None = None,
     ):
         self.books = index.books
         self.model = index.model
@@ -93,6 +106,7 @@ class ServedIndex:
             index.books.titles, index.books.authors, descriptions, subjects=subjects
         )
         self.filters = FilterColumns(index.books, device=keys.device)
+        self.readers = readers_of(rating_counts)
 
     @classmethod
     def local(
@@ -104,13 +118,16 @@ class ServedIndex:
         chunk_size: int | None = None,
         descriptions: Sequence[str | None] | None = None,
         subjects: Sequence[Sequence[str]] | None = None,
+        rating_counts: Sequence[int | None] | None = None,
     ) -> ServedIndex:
         """The index with its keys on this process's device (`pick_device(device)`), as
         service/engine/startup.py `LocalPlacement` places them (tests and benchmarks)."""
         keys = LocalKeys(
             index.keys, device=pick_device(device), key_dtype=key_dtype, chunk_size=chunk_size
         )
-        return cls(index, keys, descriptions=descriptions, subjects=subjects)
+        return cls(
+            index, keys, descriptions=descriptions, subjects=subjects, rating_counts=rating_counts
+        )
 
     def __len__(self) -> int:
         return len(self.books)

@@ -121,6 +121,9 @@ def build_served(placement: KeyPlacement, index: LoadedIndex, session: Session) 
         placement.keys(index),
         descriptions=store.book_descriptions(session=session, book_ids=ids, generation=generation),
         subjects=store.book_subjects(session=session, book_ids=ids, generation=generation),
+        rating_counts=store.book_rating_counts(
+            session=session, book_ids=ids, generation=generation
+        ),
     )
     logger.info(
         "generation %s: %d books, %s, served in %.2f s",
