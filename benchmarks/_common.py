@@ -453,6 +453,63 @@ def run_method(
     )
 
 
+def run_in_turns(
+    plan: Mapping[str, tuple[Callable[[], object], Callable[[object], Answer]]],
+    *,
+    B: int,
+    ref: Reference,
+    keys: Tensor,
+    target_s: float,
+    tols: tuple[float, float, float],
+    min_reps: int = 3,
+    max_reps: int = 200,
+) -> dict[str, MethodRun]:
+    """`run_method` for several methods at once, timed in turns: each method's warm-up call
+    (its answer checked), then rounds of one timed call of each, until every method ran
+    `min_reps` and the rounds took `target_s` per method. On a machine shared with other
+    processes their load comes and goes within seconds; timed one after the other, two
+    methods met different loads (a 0.8x ratio one run, 1.3x the next), in turns they meet
+    the same."""
+    answers, warmups = {}, {}
+    for name, (fn, to_answer) in plan.items():
+        t0 = time.perf_counter()
+        result = fn()
+        warmups[name] = time.perf_counter() - t0
+        answers[name] = to_answer(result)
+        del result
+    times: dict[str, list[float]] = {name: [] for name in plan}
+    before = cpu_snapshot()
+    rounds = 0
+    budget = target_s * len(plan)
+    while rounds < max_reps and (rounds < min_reps or sum(map(sum, times.values())) < budget):
+        for name, (fn, _) in plan.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+        rounds += 1
+    others = other_cores(before, cpu_snapshot())
+    return {
+        name: MethodRun(
+            other_cores=others,
+            qps=B / statistics.median(times[name]),
+            ms_per_call=statistics.median(times[name]) * 1e3,
+            min_ms=min(times[name]) * 1e3,
+            reps=rounds,
+            warmup_ms=warmups[name] * 1e3,
+            check=check(
+                answers[name],
+                ref,
+                keys,
+                scale=SCALE,
+                score_tol=tols[0],
+                weight_tol=tols[1],
+                output_tol=tols[2],
+            ),
+        )
+        for name in plan
+    }
+
+
 # --------------------------------------------------------------------------- output
 
 

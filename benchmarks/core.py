@@ -19,7 +19,8 @@ For every N × B cell (d = 384, k = 10, scale = 20), four methods answer the sam
 - naive:     torch.softmax(q @ keys.T * 20, -1).topk(10), the whole (B, N) matrix at once
 
 Each is timed as a median over calls after one warm-up call (whose answer is checked against
-a float64 reference, see _common.py); q/s = B / median seconds per call. Then the achieved
+a float64 reference, see _common.py), the four methods in turns, a call of each per round, so
+all meet the same load from other processes; q/s = B / median seconds per call. Then the achieved
 read bandwidth of attend at B = 1 next to this machine's measured memory bandwidth, and a side
 table at the largest N: the bare matmuls `q @ keys.T` and `q @ keysT` (keys pre-transposed to a
 contiguous (d, N) matrix) against FAISS, and attend itself given keys as `keysT.T`, a (N, d) view
@@ -56,7 +57,6 @@ from benchmarks._common import (
     Cell,
     D,
     K,
-    MethodRun,
     cell_table,
     cpu_snapshot,
     dump_json,
@@ -69,7 +69,7 @@ from benchmarks._common import (
     random_unit,
     reference,
     run_as_the_service,
-    run_method,
+    run_in_turns,
     table,
     time_call,
     tolerances,
@@ -206,20 +206,10 @@ def run_cell(
         "faiss": (lambda: flat.search(qn), from_faiss),
         "naive": (naive, from_topk),
     }
-    methods: dict[str, MethodRun] = {}
-    for name, (fn, to_answer) in plan.items():
-        methods[name] = run_method(
-            fn,
-            to_answer,
-            B=B,
-            ref=ref,
-            keys=keys,
-            target_s=target_s,
-            tols=tols,
-            watch_cpu=True,
-        )
-        gc.collect()
-        run = methods[name]
+    # in turns (run_in_turns), so attend and FAISS meet the same load from other processes
+    methods = run_in_turns(plan, B=B, ref=ref, keys=keys, target_s=target_s, tols=tols)
+    gc.collect()
+    for name, run in methods.items():
         log(
             f"  N={N:,} B={B} {name}: {fmt_num(run.qps)} q/s ({run.reps} reps, "
             f"{run.ms_per_call or 0:.2f} ms/call, others {run.other_cores or 0:.2f} cores) "

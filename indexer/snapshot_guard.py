@@ -49,7 +49,7 @@ def check_removals(settings: IndexSettings, engine: Engine, catalog: CatalogSnap
         indexed = set(session.scalars(select(Book.id).where(store.visible_at(active))))
     if not indexed:
         return
-    kept = sum(1 for record in catalog.records() if record.id in indexed)
+    kept = len(indexed & catalog.check().ids)  # the ids of the check's read: no second read
     removed = len(indexed) - kept
     if removed > max(settings.max_delete_fraction * len(indexed), FEW_REMOVALS):
         raise SnapshotRefusedError(

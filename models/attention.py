@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -41,6 +42,9 @@ SCORES_BUDGET = 1 << 24
 # 2^20 against 96 ms in chunks of 65,536; B = 16: 4.8 ms in chunks of 2^22 against 8.1 in 2^20).
 CUDA_SCORES_BUDGET = 1 << 28
 LOG2_E, LN_2 = 1 / math.log(2), math.log(2)
+# a chunk whose rows' max x are all within ±UNSHIFTED (or −inf) sums 2^x as it is: ≤ 2^24 terms
+# of at most 2^64 stay far from float32's 2^128, and what underflows is under 2^−62 of its max
+UNSHIFTED = 64.0
 
 
 @dataclass(frozen=True)
@@ -172,7 +176,15 @@ class RunningSoftmax:
         self.m_safe = m_safe = self.m.nan_to_num(neginf=0.0)  # 0, not −inf, for masked rows
         # (B,) float64 2^(m_old − m_new), 0 where m_old was −inf; none for the first chunk
         alpha = None if m_old is None else torch.exp2(m_old.double() - m_safe.double())
-        p = s.sub_(m_safe[:, None]).exp2_()  # (B, c) 2^(x − m) = e^(logit − m·ln 2), in place
+        if values is None and _unshifted(c_max):
+            # 2^x itself, and the sum rescaled by 2^(−m) in float64 after: one pass over the
+            # (B, c) logits fewer than subtracting m first (4% of attend at N = 100k, B = 256), and
+            # the same float32 mantissas summed, none overflowing nor lost to underflow
+            p = s.exp2_()  # (B, c) 2^x, in place
+            shift = torch.exp2(-m_safe.double())  # (B,)
+        else:
+            p = s.sub_(m_safe[:, None]).exp2_()  # (B, c) 2^(x − m) = e^(logit − m·ln 2)
+            shift = None
         if values is not None:
             pv = p[:, : values.shape[0]] @ values.to(p.dtype)  # (B, d_v)
             acc = self.acc
@@ -183,6 +195,8 @@ class RunningSoftmax:
         # more, and shards (their own sums) would disagree on. The rest is small when peaked.
         top_p = torch.exp2(c_max.double() - m_safe.double())  # (B,)
         rest = p.scatter_(1, c_arg, 0.0).sum(dim=-1).double()  # (B,)
+        if shift is not None:
+            rest = rest * shift
         l = self.l
         self.l = top_p + rest if l is None or alpha is None else l * alpha + top_p + rest
 
@@ -233,6 +247,15 @@ class RunningSoftmax:
             matched=self.matched,
             output=output,
         )
+
+
+def _unshifted(c_max: Tensor) -> bool:
+    """Whether a chunk of rows' max x `c_max` (B,) may be exponentiated without subtracting
+    the max first (UNSHIFTED); only on the CPU, where reading c_max waits for nothing."""
+    if c_max.device.type != "cpu":
+        return False
+    m = c_max.numpy()
+    return bool(np.all((np.abs(m) <= UNSHIFTED) | (m == -np.inf)))
 
 
 def _check(

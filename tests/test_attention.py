@@ -102,6 +102,24 @@ def test_either_cpu_blas_gives_the_float64_answer(backend: cpu_blas.Blas) -> Non
     torch.testing.assert_close(att.weights, whole.weights, rtol=2e-7, atol=1e-12)
 
 
+@pytest.mark.parametrize("scale", [20.0, 60.0, 400.0])
+def test_sums_with_and_without_the_max_subtracted_give_the_float64_answer(scale: float) -> None:
+    """On the CPU a chunk whose max base-2 logits are within ±UNSHIFTED sums 2^x as it is
+    (scale 20: |x| ≤ 29); past it it subtracts the max first (scale 60: the peaked row's first
+    chunk, x = 87, so both ways in one call; 400: every chunk). Weights and log-sum-exp are
+    float64's either way, masked rows and a row of one key included."""
+    B, N, d = 6, 3000, 384
+    q, keys = unit(B, d, seed=61), unit(N, d, seed=62)
+    q[1] = keys[7]  # one near-exact match: a peaked row
+    mask = torch.ones(B, N, dtype=torch.bool)
+    mask[2] = False  # a row with no key
+    mask[3, :] = False
+    mask[3, 1234] = True  # a row with one key
+    streamed = keys.T.contiguous().T
+    att = attend(q, streamed, k=10, scale=scale, mask=mask, chunk_size=640)
+    assert_same_attention(att, reference_attention(q, keys, k=10, scale=scale, mask=mask))
+
+
 @pytest.mark.parametrize("chunk", [1, 13, 256, 10_000])
 def test_output_matches_scaled_dot_product_attention(chunk: int) -> None:
     B, N, d, dv = 4, 1000, 48, 24

@@ -154,7 +154,9 @@ class CatalogSnapshot:
         if self._check is None:
             self.file.seek(0)
             check = self._scan().check()
-            self._check = CatalogCheck(check.books, check.rejected, self.notices + check.notices)
+            self._check = CatalogCheck(
+                check.books, check.rejected, self.notices + check.notices, check.ids
+            )
         return self._check
 
     def _scan(self) -> CatalogScan:

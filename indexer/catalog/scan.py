@@ -32,6 +32,8 @@ class CatalogCheck:
     books: int
     rejected: list[InvalidRow]
     notices: list[str]
+    # the books' ids, so the snapshot guard need not read the file again (indexer/snapshot_guard.py)
+    ids: frozenset[str] = frozenset()
 
 
 class CatalogScan:
@@ -87,13 +89,14 @@ class CatalogScan:
 
     def check(self) -> CatalogCheck:
         """Read to the end."""
-        good, bad = 0, []
+        good, bad, ids = 0, [], set()
         for row in self:
             if isinstance(row, InvalidRow):
                 bad.append(row)
             else:
                 good += 1
-        return CatalogCheck(good, bad, self.notices())
+                ids.add(row.id)
+        return CatalogCheck(good, bad, self.notices(), frozenset(ids))
 
     def _note(self, parsed: ParsedRow) -> None:
         if len(self._metadata) < _KEPT_NAMES:  # a JSONL of a new key a row stays bounded

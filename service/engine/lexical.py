@@ -33,6 +33,7 @@ import Stemmer
 from bm25s.tokenization import Tokenizer
 
 from models.text import normalize_text
+from service.engine.bm25_postings import Postings, RowMoves, lucene_bm25
 
 logger = logging.getLogger(__name__)
 
@@ -43,36 +44,72 @@ def book_document(title: str, authors: Sequence[str], description: str | None) -
     return "\n".join(part for part in (title, title, names, names, description or "") if part)
 
 
+def _search_tokens(documents: Sequence[str]) -> list[list[str]]:
+    """The search documents' terms: English stop words dropped, Snowball-stemmed."""
+    if not documents:
+        return []
+    tokenizer = Tokenizer(stopwords="en", stemmer=Stemmer.Stemmer("english"))
+    tokens: list[list[str]] = tokenizer.tokenize(
+        [normalize_text(d) for d in documents], return_as="string", show_progress=False
+    )
+    return tokens
+
+
+def _like_this_tokens(texts: Sequence[str]) -> list[list[str]]:
+    """The more-like-this texts' words: English stop words dropped, not stemmed."""
+    if not texts:
+        return []
+    tokens: list[list[str]] = bm25s.tokenize(
+        [normalize_text(t) for t in texts], stopwords="en", return_ids=False, show_progress=False
+    )
+    return tokens
+
+
 class LexicalIndex:
     """BM25 scores of a query for every book, rows aligned with the served index's."""
 
     def __init__(self, documents: Sequence[str]):
         """BM25 over `documents`."""
         t0 = time.perf_counter()
-        tokenizer = Tokenizer(stopwords="en", stemmer=Stemmer.Stemmer("english"))
-        tokens = tokenizer.tokenize(
-            [normalize_text(d) for d in documents], return_as="string", show_progress=False
-        )
-        self._bm25 = bm25s.BM25()
-        self.size = len(documents)
-        if self.size:
-            self._bm25.index(tokens, show_progress=False)
-        # Queries are tokenized here, not by the tokenizer: its `tokenize` rebuilds a reverse
-        # vocabulary per call (~4 ms on 5k books) and remembers every word it is shown, which
-        # in a service means every word of every query, for ever. Same splitter, stop words and
-        # stemmer, so a query's terms are the ones the documents were indexed with.
-        self._split = tokenizer.splitter
-        self._stopwords = frozenset(tokenizer.stopwords)
-        self._stemmer = Stemmer.Stemmer("english")
-        self._vocab = frozenset(self._bm25.vocab_dict) if self.size else frozenset()
-        self._lock = threading.Lock()  # a PyStemmer stemmer is not thread-safe
-        self._ids: dict[str, int] = dict(self._bm25.vocab_dict) if self.size else {}
-        # bm25s numbers the terms in its vocabulary set's order, which the hash seed sets: so a
-        # term id must never order anything that two processes have to agree on
-        self._words = {i: t for t, i in self._ids.items()}
+        self._build(Postings.of(_search_tokens(documents)))
         logger.info(
             "built the BM25 index of %d books in %.2f s", self.size, time.perf_counter() - t0
         )
+
+    @classmethod
+    def following(
+        cls, previous: LexicalIndex, moves: RowMoves, documents: Sequence[str]
+    ) -> LexicalIndex:
+        """The index of the next generation: `previous`'s rows moved by `moves`, the changed
+        rows' `documents` (in `moves.changed` order) tokenized; the same index as one built
+        whole (tests/test_incremental_swap.py)."""
+        t0 = time.perf_counter()
+        index = cls.__new__(cls)
+        index._build(previous.postings.moved(moves, _search_tokens(documents)))
+        logger.info(
+            "built the BM25 index of %d books (%d changed) in %.2f s",
+            index.size,
+            len(documents),
+            time.perf_counter() - t0,
+        )
+        return index
+
+    def _build(self, postings: Postings) -> None:
+        self.postings = postings  # what the next generation's index starts from
+        self.size = len(postings.lengths)
+        self._bm25 = lucene_bm25(postings)
+        # Queries are tokenized here, not by bm25s's tokenizer: its `tokenize` rebuilds a
+        # reverse vocabulary per call (~4 ms on 5k books) and remembers every word it is
+        # shown, which in a service means every word of every query, for ever. Same splitter,
+        # stop words and stemmer, so a query's terms are the ones the documents were indexed
+        # with.
+        tokenizer = Tokenizer(stopwords="en", stemmer=None)
+        self._split = tokenizer.splitter
+        self._stopwords = frozenset(tokenizer.stopwords)
+        self._stemmer = Stemmer.Stemmer("english")
+        self._lock = threading.Lock()  # a PyStemmer stemmer is not thread-safe
+        # term → id, the bm25s index's own vocabulary (one dict, not copies of it)
+        self._ids: dict[str, int] = self._bm25.vocab_dict
 
     def __len__(self) -> int:
         return self.size
@@ -83,7 +120,7 @@ class LexicalIndex:
         words = [w for w in self._split(normalize_text(query).lower()) if w not in self._stopwords]
         with self._lock:
             stems: list[str] = self._stemmer.stemWords(words)
-        return [s for s in stems if s in self._vocab]
+        return [s for s in stems if s in self._ids]
 
     def knows(self, word: str) -> bool:
         """Whether `word` is a word of the catalog (after stemming; stop words are not)."""
@@ -117,25 +154,74 @@ class LikeThisIndex:
     """BM25 of each book's own text against every book's: (R, N) scores for books as queries,
     rows aligned with the served index's."""
 
+    _starts: np.ndarray  # (N + 1,) int64 where each book's tokens start in _tokens
+    _tokens: np.ndarray  # (Σ tokens,) int32 each book's own words, its query
+
     def __init__(self, texts: Sequence[str]):
         """`texts`: each book's "<title>. <description>" (its title alone without one)."""
         t0 = time.perf_counter()
-        self.size = len(texts)
-        tokens = bm25s.tokenize(
-            [normalize_text(t) for t in texts], stopwords="en", show_progress=False
-        )
-        self._bm25 = bm25s.BM25(k1=1.5, b=0.75)
-        # each book's query, its own tokens: (Σ tokens,) int32 and where each book's start
-        ids = [np.asarray(t, dtype=np.int32) for t in tokens.ids]
-        self._starts = np.cumsum([0, *(len(t) for t in ids)])
-        self._tokens = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)
-        if self._tokens.size:  # no word at all (every text stop words): bm25s divides by 0
-            self._bm25.index(tokens, show_progress=False)
+        tokens = _like_this_tokens(texts)
+        self._build(Postings.of(tokens), tokens, None)
         logger.info(
             "built the more-like-this BM25 of %d books in %.2f s",
             self.size,
             time.perf_counter() - t0,
         )
+
+    @classmethod
+    def following(
+        cls, previous: LikeThisIndex, moves: RowMoves, texts: Sequence[str]
+    ) -> LikeThisIndex:
+        """The index of the next generation, as `LexicalIndex.following` makes it."""
+        t0 = time.perf_counter()
+        tokens = _like_this_tokens(texts)
+        index = cls.__new__(cls)
+        index._build(previous.postings.moved(moves, tokens), tokens, (previous, moves))
+        logger.info(
+            "built the more-like-this BM25 of %d books (%d changed) in %.2f s",
+            index.size,
+            len(texts),
+            time.perf_counter() - t0,
+        )
+        return index
+
+    def _build(
+        self,
+        postings: Postings,
+        tokens: Sequence[Sequence[str]],
+        previous: tuple[LikeThisIndex, RowMoves] | None,
+    ) -> None:
+        """`tokens`: every row's (previous None), or the changed rows' (the rest are the
+        previous index's, renumbered to these postings' term ids)."""
+        self.postings = postings
+        self.size = len(postings.lengths)
+        self._bm25 = lucene_bm25(postings)
+        ids = self._bm25.vocab_dict
+        # each book's query, its own tokens: (Σ tokens,) int32 and where each book's starts
+        own = [np.fromiter((ids[t] for t in doc), np.int32, len(doc)) for doc in tokens]
+        if previous is None:
+            lengths = np.array([len(t) for t in own], np.int64)
+            flat = np.concatenate(own) if own else np.zeros(0, np.int32)
+        else:
+            before, moves = previous
+            stay = moves.new_row >= 0
+            source = np.full(self.size, -1, np.int64)  # each row's previous row, −1: changed
+            source[moves.new_row[stay]] = np.flatnonzero(stay)
+            lengths = np.zeros(self.size, np.int64)
+            lengths[source >= 0] = np.diff(before._starts)[source[source >= 0]]
+            lengths[moves.changed] = [len(t) for t in own]
+            starts = np.concatenate([[0], np.cumsum(lengths)])
+            row = np.repeat(np.arange(self.size), lengths)  # (Σ tokens,) each token's row
+            src = before._starts[source[row].clip(0)] + np.arange(len(row)) - starts[row]
+            moved = source[row] >= 0
+            # the previous tokens renumbered to these term ids, the changed rows' own between
+            renumber = np.array([ids.get(t, -1) for t in before.postings.terms], np.int32)
+            flat = np.zeros(len(row), np.int32)
+            flat[moved] = renumber[before._tokens[src[moved]]]
+            if own:
+                flat[~moved] = np.concatenate(own)
+        self._starts = np.concatenate([[0], np.cumsum(lengths)])
+        self._tokens = flat
 
     def scores(self, rows: Sequence[int]) -> np.ndarray:
         """(R, N) float32 BM25 scores of each book's text (zeros for a book without a word)."""

@@ -34,7 +34,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from indexer import db, loaded_index, store
-from indexer.loaded_index import LoadedIndex
 from indexer.schema import Generation
 from service.engine.searcher import Searcher
 from service.engine.served_index import ServedIndex
@@ -100,7 +99,7 @@ class GenerationWatcher:
         *,
         engine: Engine,
         searcher: Searcher,
-        build: Callable[[LoadedIndex, Session], ServedIndex],
+        build: Callable[..., ServedIndex],
         poll_s: float,
         ready: Callable[[int], bool] | None = None,
         incremental: bool = True,
@@ -207,13 +206,14 @@ class GenerationWatcher:
             ):
                 index = loaded_index.load_index(session=session, model=old.model, generation=g)
                 how = "full load"
+                served = self.build(index, session)
             else:
                 diff = loaded_index.load_diff(
                     session=session, model=old.model, since=old.generation, until=g
                 )
                 index = loaded_index.apply_diff(old.host_index(), diff)
                 how = f"diff: {len(diff.added)} rows in, {len(diff.removed)} out"
-            served = self.build(index, session)
+                served = self.build(index, session, follows=(old, diff))
         self.searcher.index = served  # atomic: a batch reads the attribute once
         self.index_id = index_id
         if self.on_swap is not None:

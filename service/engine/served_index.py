@@ -19,10 +19,11 @@ from torch import Tensor
 
 from indexer.book_columns import BookColumns
 from indexer.filters import FilterColumns, Filters
-from indexer.loaded_index import LoadedIndex
+from indexer.loaded_index import IndexDiff, LoadedIndex
 from models.device import pick_device
 from models.heads import DenseHeads
 from models.keys import DenseHeadSpec, LocalKeys
+from service.engine.bm25_postings import RowMoves
 from service.engine.catalog_names import CatalogNames
 from service.engine.lexical import LexicalIndex, LikeThisIndex, book_document
 from service.engine.results import NamedBook
@@ -55,22 +56,35 @@ class KeyStore(Protocol):
 def lexical_index(books: BookColumns, descriptions: Sequence[str | None] | None) -> LexicalIndex:
     """The lexical head's BM25 over the books' title, authors and (row-aligned `descriptions`,
     when given) description."""
-    return LexicalIndex(
-        [
-            book_document(title, authors, descriptions[i] if descriptions else None)
-            for i, (title, authors) in enumerate(zip(books.titles, books.authors, strict=True))
-        ]
-    )
+    return LexicalIndex(_documents(books, descriptions))
 
 
 def like_this_index(books: BookColumns, descriptions: Sequence[str | None] | None) -> LikeThisIndex:
     """The lexical head of a book as the query: BM25 over "<title>. <description>"."""
-    return LikeThisIndex(
-        [
-            f"{title}. {d}" if (d := descriptions[i] if descriptions else None) else title
-            for i, title in enumerate(books.titles)
-        ]
-    )
+    return LikeThisIndex(_like_this_texts(books, descriptions))
+
+
+def _documents(books: BookColumns, descriptions: Sequence[str | None] | None) -> list[str]:
+    return [
+        book_document(title, authors, descriptions[i] if descriptions else None)
+        for i, (title, authors) in enumerate(zip(books.titles, books.authors, strict=True))
+    ]
+
+
+def _like_this_texts(books: BookColumns, descriptions: Sequence[str | None] | None) -> list[str]:
+    return [
+        f"{title}. {d}" if (d := descriptions[i] if descriptions else None) else title
+        for i, title in enumerate(books.titles)
+    ]
+
+
+def row_moves(before: Sequence[str], diff: IndexDiff, after: Sequence[str]) -> RowMoves:
+    """How the rows of the ids `before` become those of `after`, `before` moved by `diff`."""
+    row = {book_id: i for i, book_id in enumerate(after)}
+    gone = set(diff.removed) | set(diff.added.ids)
+    new_row = np.array([-1 if b in gone else row[b] for b in before], dtype=np.int64)
+    changed = np.array(sorted(row[b] for b in diff.added.ids), dtype=np.int64)
+    return RowMoves(new_row, changed, len(after))
 
 
 def readers_of(counts: Sequence[int | None] | None) -> Tensor | None:
@@ -95,13 +109,28 @@ class ServedIndex:
         descriptions: Sequence[str | None] | None = None,
         subjects: Sequence[Sequence[str]] | None = None,
         rating_counts: Sequence[int | None] | None = None,
+        follows: tuple[ServedIndex, RowMoves] | None = None,
     ):
+        """`follows`: the served index of the generation before and how its rows moved to
+        these: the BM25 indexes are then its own, moved, with only the changed rows tokenized
+        (the same indexes as built whole)."""
         self.books = index.books
         self.model = index.model
         self.generation = index.generation  # the snapshot of the catalog these keys are
         self.keys = keys
-        self.lexical = lexical_index(index.books, descriptions)
-        self.like_this = like_this_index(index.books, descriptions)
+        if follows is None:
+            self.lexical = lexical_index(index.books, descriptions)
+            self.like_this = like_this_index(index.books, descriptions)
+        else:
+            previous, moves = follows
+            changed = index.books.take(moves.changed.tolist())
+            texts = [descriptions[r] for r in moves.changed] if descriptions else None
+            self.lexical = LexicalIndex.following(
+                previous.lexical, moves, _documents(changed, texts)
+            )
+            self.like_this = LikeThisIndex.following(
+                previous.like_this, moves, _like_this_texts(changed, texts)
+            )
         self.names = CatalogNames(
             index.books.titles, index.books.authors, descriptions, subjects=subjects
         )

@@ -14,14 +14,14 @@ from sqlalchemy.orm import Session
 
 from indexer import loaded_index, store
 from indexer.db import SchemaError
-from indexer.loaded_index import LoadedIndex
+from indexer.loaded_index import IndexDiff, LoadedIndex
 from indexer.settings import IndexSettings, StoreSettings
 from models.device import pick_device
 from models.encoder import Encoder, SentenceTransformerEncoder
 from models.keys import LocalKeys
 from service.engine.reloader import GenerationWatcher
 from service.engine.searcher import Searcher
-from service.engine.served_index import KeyStore, ServedIndex
+from service.engine.served_index import KeyStore, ServedIndex, row_moves
 from service.settings import ServiceSettings
 
 logger = logging.getLogger(__name__)
@@ -111,11 +111,22 @@ class LocalPlacement:
         return None
 
 
-def build_served(placement: KeyPlacement, index: LoadedIndex, session: Session) -> ServedIndex:
+def build_served(
+    placement: KeyPlacement,
+    index: LoadedIndex,
+    session: Session,
+    *,
+    follows: tuple[ServedIndex, IndexDiff] | None = None,
+) -> ServedIndex:
     """The served index of `index`: its keys placed, the lexical head's descriptions and the
-    books' subject headings read at its generation."""
+    books' subject headings read at its generation. `follows`: the served index `index` is a
+    diff of, whose BM25 indexes the new one's are made from (served_index.ServedIndex)."""
     t0 = time.perf_counter()
     ids, generation = index.ids, index.generation
+    moves = None
+    if follows is not None:
+        previous, diff = follows
+        moves = (previous, row_moves(previous.books.ids, diff, ids))
     served = ServedIndex(
         index,
         placement.keys(index),
@@ -124,6 +135,7 @@ def build_served(placement: KeyPlacement, index: LoadedIndex, session: Session) 
         rating_counts=store.book_rating_counts(
             session=session, book_ids=ids, generation=generation
         ),
+        follows=moves,
     )
     logger.info(
         "generation %s: %d books, %s, served in %.2f s",
