@@ -47,10 +47,10 @@ from models.attention import attend
 from models.shard_merge import split
 from service.cluster.shards.router import ShardedKeys
 from service.cluster.shards.shard import LocalShard, Shard
+from service.config.settings import ServiceSettings
 from service.engine.query_ranking import rank_queries
 from service.engine.served_index import ServedIndex
 from service.engine.startup import build_encoder
-from service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "books.jsonl"

@@ -87,9 +87,9 @@ from benchmarks.relevance_report import Figures, as_json, report
 from benchmarks.relevance_works import Works
 from indexer import db, pipeline, store
 from indexer.settings import IndexSettings
-from service.engine.searcher import SearchOptions
+from service.config.settings import ServiceSettings
 from service.engine.startup import build_encoder, build_searcher
-from service.settings import ServiceSettings
+from service.engine.tickets import SearchOptions
 
 __all__ = ["SHARED", "Baselines", "ensure_index", "main", "rrf", "top"]  # relevance_tune's
 

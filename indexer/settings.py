@@ -56,7 +56,7 @@ class StoreSettings(BaseSettings):
     )
 
     # Checked here, when a command starts, before the model loads: each bad value is one
-    # sentence naming its variable (service/cli.py), not a traceback minutes later.
+    # sentence naming its variable (service/commands/cli.py), not a traceback minutes later.
     @field_validator("database_url")
     @classmethod
     def _a_database_url(cls, url: str) -> str:

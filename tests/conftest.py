@@ -229,7 +229,7 @@ def serve_books(
     """The app over `books`, indexed into `engine` with the fake encoder (its settings are the
     defaults on the CPU plus `settings`)."""
     from service.api.main import create_app
-    from service.settings import ServiceSettings
+    from service.config.settings import ServiceSettings
 
     url = index_books(engine, folder, books)
     service = ServiceSettings(database_url=url, device="cpu", **settings)  # type: ignore[arg-type]
@@ -245,8 +245,8 @@ def serve_demo_with(folder: Path, extra: list[dict[str, object]]) -> Iterator[Te
     from indexer.data import DEMO_CATALOG
     from indexer.settings import IndexSettings
     from service.api.main import create_app
+    from service.config.settings import ServiceSettings
     from service.engine.startup import build_encoder
-    from service.settings import ServiceSettings
 
     catalog = write_jsonl(folder / "books.jsonl", extra)
     catalog.write_text(DEMO_CATALOG.read_text(encoding="utf-8") + catalog.read_text())

@@ -23,7 +23,7 @@ from conftest import FakeEncoder, write_jsonl
 from indexer import loaded_index, pipeline
 from indexer.settings import IndexSettings
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 TOKEN = "s3cret-admin-token-0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

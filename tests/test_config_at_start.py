@@ -13,7 +13,7 @@ import torch
 from pydantic import ValidationError
 
 from conftest import ATTEND, write_jsonl
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 CASES = [
     ("ATTEND_LOG_LEVEL", "garbage", "ATTEND_LOG_LEVEL: must be one of DEBUG, INFO"),

@@ -26,13 +26,13 @@ from models.shard_merge import ShardAnswer, SparseScores, merge, split
 from service.api.search_schemas import PageAndFilters
 from service.cluster.shards.router import ShardedKeys
 from service.cluster.shards.shard import LocalShard, Shard, ShardQuery, ShardSweep
+from service.config.head_weights import BookHeads, parse_heads
+from service.config.settings import ServiceSettings
 from service.engine import book_ranking
-from service.engine.head_weights import BookHeads, parse_heads
 from service.engine.query_ranking import Hit, Ranking, rank_queries
 from service.engine.searcher import Searcher
 from service.engine.served_index import RANK_FIELD, ServedIndex
 from service.engine.startup import searcher_of
-from service.settings import ServiceSettings
 
 pytestmark = pytest.mark.model
 QUERIES = ["generative AI", "the history of Rome", "a picture book about a bear", "databases"]

@@ -19,9 +19,9 @@ from service.api.search_schemas import (
     Query,
     shown_title,
 )
+from service.config.head_weights import HEADS, parse_heads
 from service.engine.book_ranking import OWN_AUTHORS
 from service.engine.explainer import BookExplanation
-from service.engine.head_weights import HEADS, parse_heads
 from service.engine.results import BookRecord, Recommendations, SimilarBooks
 
 MAX_LIKED = 100

@@ -39,12 +39,12 @@ in this process or on the shards (service/cluster/shards/router.py), as a search
 
 from __future__ import annotations
 
+from service.config.head_weights import (
+    BookHeads,
+)
 from service.engine.book_attention import TASTE, rank_by_books
 from service.engine.book_works import own_authors_of, pick_slots
 from service.engine.exceptions import BookNotFoundError
-from service.engine.head_weights import (
-    BookHeads,
-)
 from service.engine.mixing import hit_parts
 from service.engine.query_ranking import description_scores
 from service.engine.results import (

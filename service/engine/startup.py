@@ -19,10 +19,10 @@ from indexer.settings import IndexSettings, StoreSettings
 from models.device import pick_device
 from models.encoder import Encoder, SentenceTransformerEncoder
 from models.keys import LocalKeys
+from service.config.settings import ServiceSettings
 from service.engine.reloader import GenerationWatcher
 from service.engine.searcher import Searcher
 from service.engine.served_index import KeyStore, ServedIndex
-from service.settings import ServiceSettings
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-"""What `attend index`, `attend delete` and `attend db` do (service/cli_parser.py parses the
-command line, service/cli.py calls these). As in the CLI, the heavy modules are imported inside
-each function, when the command runs."""
+"""What `attend index`, `attend delete` and `attend db` do (cli_parser.py parses the command
+line, cli.py calls these). As in the CLI, the heavy modules are imported inside each function,
+when the command runs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from service.command_database import (
+from service.commands.command_database import (
     NoIndexError,
     database_url_of,
     no_lock_file_left,
@@ -19,8 +19,8 @@ from service.command_database import (
     shown,
     sqlite_file,
 )
-from service.index_progress import ProgressBar, log_progress
-from service.interrupts import Interrupted, stopping_on_signals
+from service.commands.index_progress import ProgressBar, log_progress
+from service.commands.interrupts import Interrupted, stopping_on_signals
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -37,7 +37,7 @@ class RayMissingError(RuntimeError):
 
 def cmd_index(args: argparse.Namespace) -> int:
     """`attend index`, which Ctrl-C or SIGTERM end with one line, the lock file removed and the
-    generation being built left building for the same command to resume (service/interrupts.py)."""
+    generation being built left building for the same command to resume (interrupts.py)."""
     with stopping_on_signals():
         try:
             return _index_command(args)
@@ -112,7 +112,7 @@ def _index_command(args: argparse.Namespace) -> int:
         f"-> {shown(settings.database_url)}\n"
     )
     if args.command == "index":  # `attend demo` serves next itself
-        from service.cli_stats import next_step
+        from service.commands.cli_stats import next_step
 
         sys.stdout.write(f"next: {next_step(settings.database_url)}\n")
     return 0

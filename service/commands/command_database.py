@@ -1,7 +1,7 @@
 """The database a command is pointed at: its URL and the settings its options override, its
 SQLite file, the URL as shown (no password), opened as an existing index, and the writer's lock
 file removed after the command. Every command's module shares these; as everywhere in the CLI
-(service/cli.py), the heavy modules are imported inside each function, when the command runs."""
+(cli.py), the heavy modules are imported inside each function, when the command runs."""
 
 from __future__ import annotations
 

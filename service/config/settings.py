@@ -9,7 +9,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from indexer.settings import RaySettings, StoreSettings
-from service.engine.head_weights import BookHeads, Fusion, HeadScales, parse_heads, parse_scales
+from service.config.head_weights import BookHeads, Fusion, HeadScales, parse_heads, parse_scales
 
 MIN_CHUNK = 64
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -92,7 +92,8 @@ class ServiceSettings(StoreSettings, RaySettings):
         "runs on the CPU next to the onnx encoder under OMP_WAIT_POLICY=PASSIVE, which `attend` "
         "sets (the product runs in the BLAS's own threads, "
         "the encoder in ONNX Runtime's, and torch's many small operations per search ran "
-        "faster on one thread than waking a second), else torch's default (service/launch.py).",
+        "faster on one thread than waking a second), else torch's default "
+        "(service/commands/threads.py).",
     )
     batch_window_ms: float = Field(
         2.0,
