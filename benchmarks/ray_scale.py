@@ -44,7 +44,7 @@ from indexer.data import DEMO_CATALOG
 from indexer.filters import Filters
 from indexer.settings import IndexSettings
 from models.attention import attend
-from models.shard_merge import split
+from models.shard_merge import shard_bounds
 from service.cluster.shards.router import ShardedKeys
 from service.cluster.shards.shard import LocalShard, Shard
 from service.config.settings import ServiceSettings
@@ -182,7 +182,9 @@ def hop(url: str, queries: int) -> list[dict[str, Any]]:
                 assert index.generation is not None
                 clients = [
                     RayShard(h, generation=index.generation, name=f"shard-{s}", start=a, stop=b)
-                    for s, (h, (a, b)) in enumerate(zip(handles, split(len(index), n), strict=True))
+                    for s, (h, (a, b)) in enumerate(
+                        zip(handles, shard_bounds(len(index), n), strict=True)
+                    )
                 ]
                 label = f"{n} Ray Serve shard{'s' if n > 1 else ''} + merge"
                 served[label] = ServedIndex(

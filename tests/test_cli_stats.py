@@ -11,7 +11,7 @@ import pytest
 
 from conftest import FakeEncoder
 from service.commands.cli import main
-from service.commands.command_database import shown
+from service.commands.command_database import shown_url
 
 CATALOG = (
     "title,author,year,description,language\n"
@@ -47,7 +47,7 @@ def test_stats_says_what_the_index_holds(
     capsys.readouterr()
     assert main(["stats"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"index {shown(index_url)}, model fake-hashing-64 (d=64)"
+    assert lines[0] == f"index {shown_url(index_url)}, model fake-hashing-64 (d=64)"
     assert re.fullmatch(
         rf"generation 2 active \(\d{{4}}-\d\d-\d\d \d\d:\d\d UTC\) from {re.escape(str(path))}; "
         r"generations: 1 active, 1 retired",

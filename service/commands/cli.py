@@ -27,7 +27,7 @@ from service.commands.command_database import (
     NoIndexError,
     database_url_of,
     overrides,
-    shown,
+    shown_url,
     sqlite_file,
 )
 from service.commands.index_commands import RayMissingError
@@ -113,13 +113,13 @@ def unreachable(args: argparse.Namespace, e: Exception) -> str:
 
     if is_disk_full(e):  # it answers: it said so (it once read "cannot reach the database")
         return (
-            f"the disk of the database at {shown(database_url_of(args))} is full: free space "
+            f"the disk of the database at {shown_url(database_url_of(args))} is full: free space "
             "on it, then run the command again (an index run resumes where it stopped)"
         )
     reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
     return (
-        f"cannot reach the database at {shown(database_url_of(args))} ({reason}): check that it "
-        "runs, and ATTEND_DATABASE_URL or --database-url"
+        f"cannot reach the database at {shown_url(database_url_of(args))} ({reason}): check "
+        "that it runs, and ATTEND_DATABASE_URL or --database-url"
     )
 
 

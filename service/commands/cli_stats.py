@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from service.commands.command_database import database_url_of, open_index, shown
+from service.commands.command_database import database_url_of, open_index, shown_url
 
 if TYPE_CHECKING:
     from indexer.index_stats import IndexStats
@@ -33,7 +33,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             stats = index_stats(session=session)
     finally:
         engine.dispose()
-    lines = stats_lines(stats, shown(url), next_step(url))
+    lines = stats_lines(stats, shown_url(url), next_step(url))
     sys.stdout.write("".join(f"{line}\n" for line in lines))
     return 0
 

@@ -16,7 +16,7 @@ from service.commands.command_database import (
     no_lock_file_left,
     open_index,
     overrides,
-    shown,
+    shown_url,
     sqlite_file,
 )
 from service.commands.index_progress import ProgressBar, log_progress
@@ -66,7 +66,7 @@ def _index_command(args: argparse.Namespace) -> int:
             if held is not None:
                 sys.stdout.write(
                     f"the index already holds generation {held}: nothing indexed (--if-empty) "
-                    f"-> {shown(settings.database_url)}\n"
+                    f"-> {shown_url(settings.database_url)}\n"
                 )
                 return 0
         columns = {**settings.catalog_columns, **column_options(getattr(args, "column", None))}
@@ -109,7 +109,7 @@ def _index_command(args: argparse.Namespace) -> int:
         f"rejected; {report.embedded} texts embedded in {report.seconds:.1f} s "
         f"({report.books_per_second:.1f} books/s); {switch}"
         f"{' (resumed an interrupted run)' if report.resumed else ''} "
-        f"-> {shown(settings.database_url)}\n"
+        f"-> {shown_url(settings.database_url)}\n"
     )
     if args.command == "index":  # `attend demo` serves next itself
         from service.commands.cli_stats import next_step
@@ -246,7 +246,7 @@ def cmd_db(args: argparse.Namespace) -> int:
         if args.action == "current":  # nothing to look at, and nothing to create
             sys.stdout.write(f"revision None (head {db.head_revision()}); no file {file}\n")
             return 0
-        raise NoIndexError(f"no database at {shown(url)} (there is no {file})")
+        raise NoIndexError(f"no database at {shown_url(url)} (there is no {file})")
     engine = db.create_db_engine(url)
     try:
         if args.action == "upgrade":

@@ -26,14 +26,14 @@ logger = logging.getLogger(__name__)
 
 def record_file(database_url: str) -> Path:
     """The record's file for the database at `database_url`."""
-    from service.commands.command_database import shown, sqlite_file
+    from service.commands.command_database import shown_url, sqlite_file
 
     file = sqlite_file(database_url)
     if file is not None:
         return file.with_name(f"{file.name}.server")
     from models.defaults import user_cache_dir
 
-    digest = hashlib.sha256(shown(database_url).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(shown_url(database_url).encode()).hexdigest()[:16]
     return user_cache_dir() / "servers" / f"{digest}.json"
 
 
