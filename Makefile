@@ -27,7 +27,7 @@ install: $(VENV)/.dev
 # The port is checked first (standard library only: no venv yet), so one in use fails in a
 # second, naming it, not after the install's minutes; `attend demo` binds it again itself.
 demo:
-	@$(PYTHON) -m service.port_check
+	@$(PYTHON) -m service.commands.port_check
 	@$(MAKE) --no-print-directory install-runtime
 	$(BIN)/attend demo
 
@@ -37,8 +37,8 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-# The thread settings the `attend` command gives the service (service/launch.py), so in-process
-# tests run the CPU product the service runs. The PostgreSQL tests skip unless
+# The thread settings the `attend` command gives the service (service/commands/threads.py), so
+# in-process tests run the CPU product the service runs. The PostgreSQL tests skip unless
 # ATTEND_TEST_POSTGRES_URL is set, the browser tests unless Debian's chromium is on PATH.
 test: lint
 	OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4 $(BIN)/python -m pytest

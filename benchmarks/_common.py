@@ -47,9 +47,9 @@ Sync = Callable[[], None]
 
 def run_as_the_service() -> None:
     """Re-run this process with the thread settings the `attend` command gives the service
-    (service/launch.py), unless they are set already: they only take effect before torch and
-    numpy load, and they decide which CPU BLAS `attend` picks."""
-    from service.launch import THREAD_SETTINGS
+    (service/commands/threads.py), unless they are set already: they only take effect before
+    torch and numpy load, and they decide which CPU BLAS `attend` picks."""
+    from service.commands.threads import THREAD_SETTINGS
 
     missing = {k: v for k, v in THREAD_SETTINGS.items() if k not in os.environ}
     if missing:

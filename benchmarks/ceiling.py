@@ -86,11 +86,11 @@ class Engine:
 
     def __init__(self, url: str):
         from indexer import db
+        from service.commands.threads import apply_serve_threads
+        from service.config.settings import ServiceSettings
         from service.engine.reloader import freeze_long_lived
-        from service.engine.searcher import SearchOptions
         from service.engine.startup import build_searcher
-        from service.launch import apply_serve_threads
-        from service.settings import ServiceSettings
+        from service.engine.tickets import SearchOptions
 
         settings = ServiceSettings(database_url=url, query_cache_size=1)
         apply_serve_threads(settings)  # torch's threads as the server sets them

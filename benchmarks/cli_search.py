@@ -4,13 +4,13 @@ loaded the model itself, 9.3 s against 1.7 s).
 
     .venv/bin/python -m benchmarks.cli_search [--reps 3] [--json]
 
-The demo catalog is indexed into a SQLite file in a temporary folder (`attend index`), served
-by `attend serve` on a free port; then `attend search` runs `--reps` times each way, in turns
-(so a busy machine slows both alike): with ATTEND_PORT unset, so that only the server's record
-beside the database (service/server_record.py) can lead the command to it, and with `--here`,
-which loads the model and the index in the command. Each run is a fresh process, timed from
-its start to its exit; the ratio is of the medians. The ONNX export is made before the timed
-runs (the server's start makes it), so no run waits for it.
+The demo catalog is indexed into a SQLite file in a temporary folder (`attend index`), served by
+`attend serve` on a free port; then `attend search` runs `--reps` times each way, in turns (so a
+busy machine slows both alike): with ATTEND_PORT unset, so that only the server's record beside the
+database (service/commands/server_record.py) can lead the command to it, and with `--here`, which
+loads the model and the index in the command. Each run is a fresh process, timed from its start to
+its exit; the ratio is of the medians. The ONNX export is made before the timed runs (the server's
+start makes it), so no run waits for it.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from benchmarks.growth import index
 from benchmarks.growth_catalog import Source, changed_catalog, synthetic_books, write_catalog
 from indexer import db, loaded_index
 from models.defaults import DEFAULT_MODEL
+from service.config.settings import ServiceSettings
 from service.engine import startup
-from service.settings import ServiceSettings
 
 QUERIES = ["the history of rome", "a dragon and a wizard", "love in a time of war"]
 

@@ -42,9 +42,9 @@ def measure(url: str) -> dict[str, float | int | str]:
     """In this (fresh) process: load the encoder, then the index, then search once."""
     from indexer.db import create_db_engine
     from models.keys import LocalKeys
-    from service.engine.searcher import SearchOptions
+    from service.config.settings import ServiceSettings
     from service.engine.startup import build_encoder, build_searcher
-    from service.settings import ServiceSettings
+    from service.engine.tickets import SearchOptions
 
     settings = ServiceSettings(database_url=url, device="cpu")
     start = rss_mib()

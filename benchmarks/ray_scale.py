@@ -44,13 +44,13 @@ from indexer.data import DEMO_CATALOG
 from indexer.filters import Filters
 from indexer.settings import IndexSettings
 from models.attention import attend
-from models.shard_merge import split
+from models.shard_merge import shard_bounds
 from service.cluster.shards.router import ShardedKeys
 from service.cluster.shards.shard import LocalShard, Shard
+from service.config.settings import ServiceSettings
 from service.engine.query_ranking import rank_queries
 from service.engine.served_index import ServedIndex
 from service.engine.startup import build_encoder
-from service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "books.jsonl"
@@ -182,7 +182,9 @@ def hop(url: str, queries: int) -> list[dict[str, Any]]:
                 assert index.generation is not None
                 clients = [
                     RayShard(h, generation=index.generation, name=f"shard-{s}", start=a, stop=b)
-                    for s, (h, (a, b)) in enumerate(zip(handles, split(len(index), n), strict=True))
+                    for s, (h, (a, b)) in enumerate(
+                        zip(handles, shard_bounds(len(index), n), strict=True)
+                    )
                 ]
                 label = f"{n} Ray Serve shard{'s' if n > 1 else ''} + merge"
                 served[label] = ServedIndex(

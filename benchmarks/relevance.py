@@ -88,10 +88,10 @@ from benchmarks.relevance_works import Works
 from indexer import db, pipeline, store
 from indexer.settings import IndexSettings
 from models.keys import LocalKeys
-from service.engine.searcher import SearchOptions
+from service.config.settings import ServiceSettings
 from service.engine.served_index import RANK_FIELD
 from service.engine.startup import build_encoder, build_searcher
-from service.settings import ServiceSettings
+from service.engine.tickets import SearchOptions
 
 __all__ = ["SHARED", "Baselines", "ensure_index", "main", "rrf", "top"]  # relevance_tune's
 

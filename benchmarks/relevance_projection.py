@@ -28,8 +28,8 @@ from benchmarks.relevance import SHARED, ensure_index, top
 from benchmarks.relevance_authors import author_queries
 from benchmarks.relevance_labels import judged_queries, load_books, score
 from indexer import db
+from service.config.settings import ServiceSettings
 from service.engine.startup import build_searcher
-from service.settings import ServiceSettings
 
 logger = logging.getLogger(__name__)
 KINDS = ("names", "subjects", "intents", "authors")

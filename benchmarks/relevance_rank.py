@@ -19,12 +19,13 @@ import numpy as np
 from benchmarks.relevance_books import Pair
 from benchmarks.relevance_labels import Book, Judged
 from models.encoder import Encoder
+from service.config.head_weights import HEADS, BookHeads, parse_heads
 from service.engine import book_ranking
-from service.engine.head_weights import HEADS, BookHeads, parse_heads
 from service.engine.lexical import LexicalIndex
 from service.engine.results import RankedBook, Recommended
-from service.engine.searcher import Searcher, SearchOptions
+from service.engine.searcher import Searcher
 from service.engine.served_index import ServedIndex
+from service.engine.tickets import SearchOptions
 
 logger = logging.getLogger(__name__)
 

@@ -31,10 +31,10 @@ from benchmarks.relevance import SHARED, Baselines, ensure_index, rrf, top
 from benchmarks.relevance_labels import Judged, judged_queries, load_books, score
 from indexer import db
 from models.keys import LocalKeys
+from service.config.head_weights import HEADS, LEXICAL
+from service.config.settings import ServiceSettings
 from service.engine import book_ranking
-from service.engine.head_weights import HEADS, LEXICAL
 from service.engine.startup import build_searcher
-from service.settings import ServiceSettings
 
 SEARCH_KINDS = ("names", "subjects", "intents")
 Scores = dict[str, np.ndarray]  # head → (Q, N) raw scores (q·k, or BM25)

@@ -31,9 +31,9 @@ from indexer import db, pipeline
 from indexer.data import DEMO_CATALOG
 from indexer.filters import Filters
 from indexer.settings import IndexSettings
+from service.config.settings import ServiceSettings
 from service.engine.query_ranking import rank_queries
 from service.engine.startup import LocalPlacement, build_encoder, load_served
-from service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "books.jsonl"

@@ -49,8 +49,8 @@ EXAMPLE = re.compile(
     r"```json\n(?P<block>.*?)\n```",
     re.DOTALL,
 )
-# `attend search` as it prints the same request's response (service.serve_commands.table), in
-# a plain block
+# `attend search` as it prints the same request's response
+# (service.commands.serve_commands.table), in a plain block
 CLI_EXAMPLE = re.compile(
     r"<!-- example: attend search (?P<path>.+?) -->\n```\n(?P<block>.*?)\n```", re.DOTALL
 )
@@ -104,8 +104,8 @@ def demo_client(folder: Path) -> Iterator[Any]:
     from indexer.data import DEMO_CATALOG
     from indexer.settings import IndexSettings
     from service.api.main import create_app
+    from service.config.settings import ServiceSettings
     from service.engine.startup import build_encoder
-    from service.settings import ServiceSettings
 
     url = f"sqlite:///{folder / 'attend.db'}"
     settings = IndexSettings(database_url=url)
@@ -137,8 +137,8 @@ def _search_table(client: Any, example: Example) -> str:
     """What `attend search ARGS` prints: the same search through GET /search, as a table."""
     import shlex
 
-    from service.cli_parser import build_parser
-    from service.serve_commands import table
+    from service.commands.cli_parser import build_parser
+    from service.commands.serve_commands import table
 
     args = build_parser().parse_args(["search", *shlex.split(example.path)])
     names = ("k", "offset", "author", "year_min", "year_max", "language", "heads")
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a file to rewrite (repeatable; default: README.md and docs/*.md)",
     )
     args = parser.parse_args(argv)
-    from service.logs import configure_logging
+    from service.commands.logs import configure_logging
 
     configure_logging(logging.WARNING)
 

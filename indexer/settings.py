@@ -56,7 +56,7 @@ class StoreSettings(BaseSettings):
     )
 
     # Checked here, when a command starts, before the model loads: each bad value is one
-    # sentence naming its variable (service/cli.py), not a traceback minutes later.
+    # sentence naming its variable (service/commands/cli.py), not a traceback minutes later.
     @field_validator("database_url")
     @classmethod
     def _a_database_url(cls, url: str) -> str:
@@ -177,10 +177,12 @@ class RaySettings(BaseSettings):
     )
 
 
-class IndexSettings(StoreSettings, RaySettings):
-    """Settings of `attend index`."""
+class RunSettings(BaseSettings):
+    """What one indexing run writes per transaction, reads and may remove: `attend index`'s, and
+    the service's own for its admin re-index (service/config/settings.py inherits them), so an
+    admin job runs with the bounds of the app's settings object, not the environment's."""
 
-    ENCODES_BATCHES: ClassVar[bool] = True
+    model_config = ATTEND_CONFIG
 
     batch_size: int = Field(
         256, ge=1, le=100_000, description="Books per transaction: a crash loses at most one batch."
@@ -207,6 +209,13 @@ class IndexSettings(StoreSettings, RaySettings):
         "re-index) may remove as a snapshot (10 books always may); a catalog that would remove "
         "more is refused, writing nothing, unless --allow-mass-delete. 1 turns the check off.",
     )
+
+
+class IndexSettings(StoreSettings, RaySettings, RunSettings):
+    """Settings of `attend index`."""
+
+    ENCODES_BATCHES: ClassVar[bool] = True
+
     ray_workers: int = Field(
         0,
         ge=0,

@@ -1,6 +1,6 @@
 """What the encoder uses when told nothing: the packaged model, and the folder its one-time ONNX
 export goes into. No torch here: the settings import these, and `attend search` reads its
-settings before it knows whether it needs torch at all (service/remote_search.py)."""
+settings before it knows whether it needs torch at all (service/commands/remote_search.py)."""
 
 from __future__ import annotations
 

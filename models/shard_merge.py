@@ -136,7 +136,7 @@ def check_tiling(rows: Sequence[tuple[int, int]], size: int) -> None:
         raise ValueError(f"the shards' rows {bounds} do not tile the catalog's {size} rows")
 
 
-def split(n: int, shards: int) -> list[tuple[int, int]]:
+def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
     """Rows [start, stop) of each of `shards` near-equal contiguous shards of n rows."""
     if shards < 1:
         raise ValueError(f"need at least one shard, got {shards}")

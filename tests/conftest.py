@@ -229,7 +229,7 @@ def serve_books(
     """The app over `books`, indexed into `engine` with the fake encoder (its settings are the
     defaults on the CPU plus `settings`)."""
     from service.api.main import create_app
-    from service.settings import ServiceSettings
+    from service.config.settings import ServiceSettings
 
     url = index_books(engine, folder, books)
     service = ServiceSettings(database_url=url, device="cpu", **settings)  # type: ignore[arg-type]
@@ -242,7 +242,7 @@ def serve_demo_with(folder: Path, extra: list[dict[str, object]]) -> Iterator[Te
     """The app over the demo catalog and `extra`, indexed into SQLite in `folder` with the real
     packaged model, with the service's defaults on the CPU."""
     from service.api.main import create_app
-    from service.settings import ServiceSettings
+    from service.config.settings import ServiceSettings
 
     url = index_demo_with(folder, extra)
     with TestClient(create_app(ServiceSettings(database_url=url, device="cpu"))) as client:

@@ -4,6 +4,7 @@ background behind a bearer token."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -23,7 +24,7 @@ from conftest import FakeEncoder, write_jsonl
 from indexer import loaded_index, pipeline
 from indexer.settings import IndexSettings
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 TOKEN = "s3cret-admin-token-0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -265,3 +266,41 @@ def test_the_default_upload_limit_is_the_documented_256_mib(indexed: Engine) -> 
         r = client.post("/admin/reindex", content=b"", headers={**AUTH, **declared})
         assert r.status_code == 413, r.text
         assert "268,435,456 bytes" in r.json()["detail"]
+
+
+def test_an_admin_reindex_runs_with_the_apps_settings_not_the_environment(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The admin job's batch size, row bound and delete bound are the app's settings object's
+    (startup.index_settings), not read again from the environment (issue 31): with the
+    environment at the defaults and the app given a delete bound of 1 (off) and rows of 2 KiB,
+    an upload removing 25 of 30 books is taken and its 3 kB row rejected."""
+    books = [{"id": f"b{i}", "title": f"Book {i}", "description": "a tale"} for i in range(30)]
+    _index(engine, write_jsonl(tmp_path / "c.jsonl", books))
+    for name, value in {"MAX_DELETE_FRACTION": "0.5", "MAX_ROW_BYTES": "1048576"}.items():
+        monkeypatch.setenv(f"ATTEND_{name}", value)
+    monkeypatch.setenv("ATTEND_BATCH_SIZE", "256")
+    settings = _settings(
+        engine,
+        admin_token=TOKEN,
+        generation_poll_s=0,
+        max_delete_fraction=1.0,
+        max_row_bytes=2048,
+        batch_size=7,
+    )
+    long_row = {"id": "long", "title": "Long", "description": "word " * 600}  # 3 kB
+    upload = "".join(json.dumps(b) + "\n" for b in [*books[:5], long_row])
+    with TestClient(create_app(settings, encoder=FakeEncoder())) as client:
+        jobs = client.app.state.jobs  # type: ignore[attr-defined]
+        assert (jobs.settings.batch_size, jobs.settings.max_row_bytes) == (7, 2048)
+        r = client.post(
+            "/admin/reindex",
+            files={"catalog": ("books.jsonl", upload.encode())},
+            data={"skip_invalid": "true"},
+            headers=AUTH,
+        )
+        assert r.status_code == 202, r.text
+        done = _wait_job(client, r.json()["id"])
+    assert done["state"] == "succeeded", done
+    assert (done["report"]["removed"], done["report"]["rejected"]) == (25, 1)
+    assert done["progress"]["total"] == 5

@@ -189,6 +189,29 @@ def test_a_recommend_request_over_the_budget_is_422_naming_it(
         assert client.get("/books/dune/similar", params={"k": 100}).status_code == 200
 
 
+def test_the_recommend_budget_parses_no_setting_per_request(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ATTEND_SIMILAR_HEADS is parsed once per settings object (at the app's start), not by the
+    budget check of every /recommend (issue 31): the settings' parser, counted from the start
+    on, is not called again by any request, and the budget still counts the default's heads."""
+    from service.config import settings as config
+
+    calls: list[str] = []
+    real = config.parse_heads
+
+    def counted(text: str) -> dict[str, float]:
+        calls.append(text)
+        return real(text)
+
+    with serve_books(engine, tmp_path, BOOKS, book_query_budget=100) as client:
+        monkeypatch.setattr(config, "parse_heads", counted)
+        for _ in range(3):
+            assert recommend(client, "dune", "found", k=10).status_code == 422  # 6 heads: 120
+            assert recommend(client, "dune", "found", k=8).status_code == 200  # 96
+    assert calls == []
+
+
 def test_a_recommendation_names_each_liked_title_once(engine: Engine, tmp_path: Path) -> None:
     with serve_books(engine, tmp_path, BOOKS) as client:
         r = recommend(client, "dune", "found", k=3, disliked=["hobbit"])

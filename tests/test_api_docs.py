@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import FakeEncoder
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +74,24 @@ def test_redoc_asks_no_other_host_for_its_logo(client: TestClient) -> None:
     sources = policy["img-src"].split()
     assert set(sources) <= {"'self'", "data:"}, sources
     assert all(urlparse(url).netloc not in policy["img-src"] for url in remote_images)
+
+
+def test_no_schema_has_the_name_of_an_engine_result(client: TestClient) -> None:
+    """One name per concept (issue 31): the engine's answers are dataclasses in
+    service/engine/results.py, the API's schemas that render them are named as schemas
+    (`BecauseOut`, `NamedBookOut`, as the FastAPI template's `UserPublic`), never the same."""
+    import dataclasses
+
+    from service.engine import results
+
+    engine_names = {
+        name
+        for name, value in vars(results).items()
+        if isinstance(value, type) and dataclasses.is_dataclass(value)
+    }
+    assert {"Because", "NamedBook", "SearchResult"} <= engine_names
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    assert {"BecauseOut", "NamedBookOut"} <= set(schemas)
+    assert engine_names.isdisjoint(schemas)
+    hit = schemas["RecommendHit"]["properties"]["because"]["items"]
+    assert hit == {"$ref": "#/components/schemas/BecauseOut"}

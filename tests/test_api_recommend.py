@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from conftest import FakeEncoder, index_books, serve_books
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 BOOKS = [
     {"id": "dune", "title": "Dune", "description": "desert planet spice empire sandworms"},

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from conftest import FakeEncoder
 from service.api.main import create_app
 from service.api.search_schemas import MAX_K, MAX_OFFSET, MAX_QUERY_CHARS
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 MAX_BODY = 4096
 

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ATTEND, FakeEncoder
 from indexer import db
-from service.cli import main
+from service.commands.cli import main
 
 EXPORT = (
     "title,author,description,isbn,publisher\n"
@@ -33,7 +33,9 @@ def index_url(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     encoder (the model is not the point here)."""
     monkeypatch.setenv("ATTEND_DATABASE_URL", database_url)
     monkeypatch.setattr("service.engine.startup.build_encoder", lambda settings: FakeEncoder())
-    monkeypatch.setattr("service.index_commands.index_encoder", lambda settings: FakeEncoder())
+    monkeypatch.setattr(
+        "service.commands.index_commands.index_encoder", lambda settings: FakeEncoder()
+    )
     return database_url
 
 
@@ -176,7 +178,7 @@ def test_a_bad_header_answers_without_loading_torch_much_sooner_than_the_model_l
     bad.write_text(NO_TITLE, encoding="utf-8")
     good.write_text(EXPORT, encoding="utf-8")
     probe = (
-        "import sys; from service.cli import main; rc = main(['index', sys.argv[1]]); "
+        "import sys; from service.commands.cli import main; rc = main(['index', sys.argv[1]]); "
         "print(rc, sorted(m for m in ('torch', 'sentence_transformers', 'onnxruntime') "
         "if m in sys.modules))"
     )

@@ -145,7 +145,7 @@ def test_books_with_the_same_title_and_authors_and_no_id_are_told_apart_by_an_id
 @contextmanager
 def _served(engine: Engine) -> Iterator[TestClient]:
     from service.api.main import create_app
-    from service.settings import ServiceSettings
+    from service.config.settings import ServiceSettings
 
     url = engine.url.render_as_string(hide_password=False)
     settings = ServiceSettings(database_url=url, device="cpu", generation_poll_s=0)

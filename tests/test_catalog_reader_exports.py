@@ -19,7 +19,7 @@ import pytest
 from conftest import FakeEncoder
 from indexer.catalog import CatalogError, CatalogRecord, CatalogSnapshot, InvalidRow, scan_catalog
 from models.encoder import SentenceTransformerEncoder
-from service.cli import main
+from service.commands.cli import main
 
 # (title, authors, year, description): what every export below holds, in its own way
 BOOKS = [
@@ -323,7 +323,9 @@ def test_a_column_that_looks_like_a_field_is_named_with_the_option_that_maps_it(
         CatalogSnapshot.take(path, columns={"Writer": "writers"})
     monkeypatch.setenv("ATTEND_DATABASE_URL", database_url)
     monkeypatch.setattr("service.engine.startup.build_encoder", lambda settings: FakeEncoder())
-    monkeypatch.setattr("service.index_commands.index_encoder", lambda settings: FakeEncoder())
+    monkeypatch.setattr(
+        "service.commands.index_commands.index_encoder", lambda settings: FakeEncoder()
+    )
     assert (
         main(["index", str(path), "--column", "Writer=authors", "--column", "Pub Year=year"]) == 0
     )

@@ -324,7 +324,7 @@ def test_an_uploaded_catalog_has_no_name_on_disk(
     """The upload is an anonymous temporary file while its job runs (seen from the encoder,
     mid-job), so a crash cannot leave it behind; it once was a named file in the temp folder."""
     from service.api.main import create_app
-    from service.settings import ServiceSettings
+    from service.config.settings import ServiceSettings
 
     spool = tmp_path / "tmp"
     spool.mkdir()

@@ -20,9 +20,9 @@ from conftest import ATTEND, index_books, write_jsonl
 from indexer import db, store
 from indexer.generations import writer_lock
 from indexer.progress import ProgressSnapshot
-from service.cli import main
-from service.cli_parser import build_parser
-from service.index_progress import ProgressBar
+from service.commands.cli import main
+from service.commands.cli_parser import build_parser
+from service.commands.index_progress import ProgressBar
 
 GOOD = {"id": "a", "title": "Dune", "description": "Desert planet.", "year": 1965}
 
@@ -279,8 +279,8 @@ def test_help_loads_no_model_stack() -> None:
     they took 1.4 s of its 1.9 s."""
     code = (
         "import sys\n"
-        "import service.cli\n"
-        "from service.cli_parser import build_parser\n"
+        "import service.commands.cli\n"
+        "from service.commands.cli_parser import build_parser\n"
         "for argv in (['--help'], ['index', '--help'], ['search', '--help']):\n"
         "    try:\n"
         "        build_parser().parse_args(argv)\n"

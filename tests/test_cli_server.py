@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from conftest import ATTEND, attend_index, free_port, write_jsonl
-from service.remote_search import IndexIdentity, _not_the_same, server_url
+from service.commands.remote_search import IndexIdentity, _not_the_same, server_url
 
 pytestmark = pytest.mark.model
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FakeEncoder
-from service.cli import main
-from service.command_database import shown
+from service.commands.cli import main
+from service.commands.command_database import shown_url
 
 CATALOG = (
     "title,author,year,description,language\n"
@@ -27,7 +27,9 @@ def index_url(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("ATTEND_DATABASE_URL", database_url)
     monkeypatch.setenv("ATTEND_PORT", "8123")
     monkeypatch.setattr("service.engine.startup.build_encoder", lambda settings: FakeEncoder())
-    monkeypatch.setattr("service.index_commands.index_encoder", lambda settings: FakeEncoder())
+    monkeypatch.setattr(
+        "service.commands.index_commands.index_encoder", lambda settings: FakeEncoder()
+    )
     return database_url
 
 
@@ -45,7 +47,7 @@ def test_stats_says_what_the_index_holds(
     capsys.readouterr()
     assert main(["stats"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"index {shown(index_url)}, model fake-hashing-64 (d=64)"
+    assert lines[0] == f"index {shown_url(index_url)}, model fake-hashing-64 (d=64)"
     assert re.fullmatch(
         rf"generation 2 active \(\d{{4}}-\d\d-\d\d \d\d:\d\d UTC\) from {re.escape(str(path))}; "
         r"generations: 1 active, 1 retired",
@@ -79,7 +81,7 @@ def test_without_a_terminal_index_writes_progress_lines(
     than the interval writes none."""
     path = tmp_path / "books.csv"
     path.write_text(CATALOG, encoding="utf-8")
-    monkeypatch.setattr("service.index_progress.LINE_EVERY_S", 0.0)
+    monkeypatch.setattr("service.commands.index_progress.LINE_EVERY_S", 0.0)
     assert main(["index", str(path), "--batch-size", "2"]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "books/s" in line]
     assert [line.split(" (")[0] for line in lines] == [
@@ -88,7 +90,7 @@ def test_without_a_terminal_index_writes_progress_lines(
     ], lines
     # 4 titles and 3 descriptions: The Hobbit's description key is its title, embedded once
     assert lines[-1].endswith("books/s), 7 texts embedded")
-    monkeypatch.setattr("service.index_progress.LINE_EVERY_S", 3600.0)
+    monkeypatch.setattr("service.commands.index_progress.LINE_EVERY_S", 3600.0)
     path.write_text(CATALOG.replace("Dune", "Dune Messiah"), encoding="utf-8")
     assert main(["index", str(path), "--batch-size", "2"]) == 0
     assert "books/s" not in capsys.readouterr().err

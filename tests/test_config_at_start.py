@@ -13,7 +13,7 @@ import torch
 from pydantic import ValidationError
 
 from conftest import ATTEND, write_jsonl
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 CASES = [
     ("ATTEND_LOG_LEVEL", "garbage", "ATTEND_LOG_LEVEL: must be one of DEBUG, INFO"),
@@ -27,6 +27,12 @@ CASES = [
     ("ATTEND_MODEL", "/nonexistent/model", "ATTEND_MODEL=/nonexistent/model is neither"),
     ("ATTEND_CHUNK_SIZE", "1", "ATTEND_CHUNK_SIZE: Input should be greater than or equal to 64"),
     ("ATTEND_DEVICE", "gpu", "ATTEND_DEVICE: must be auto, cpu, cuda or cuda:N"),
+    # a run's bound, which `attend serve` reads too now, for its admin re-index (issue 31)
+    (
+        "ATTEND_MAX_DELETE_FRACTION",
+        "2",
+        "ATTEND_MAX_DELETE_FRACTION: Input should be less than or equal to 1",
+    ),
     ("ATTEND_ONNX_CACHE_DIR", "{file}/sub", "ATTEND_ONNX_CACHE_DIR={file}/sub is not a folder"),
     # a folder no one can make, root included (os.access says yes to root there)
     ("ATTEND_ONNX_CACHE_DIR", "/proc/attend-onnx", "ATTEND_ONNX_CACHE_DIR=/proc/attend-onnx is"),

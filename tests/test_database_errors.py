@@ -32,8 +32,8 @@ from sqlalchemy.exc import OperationalError
 from conftest import ATTEND, FakeEncoder, free_port, index_books, write_jsonl
 from indexer import db
 from service.api.main import create_app
+from service.config.settings import ServiceSettings
 from service.engine.database_errors import describe
-from service.settings import ServiceSettings
 
 TOKEN = "an-admin-token-of-some-length"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

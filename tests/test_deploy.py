@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 
 from indexer.settings import IndexSettings
-from service.cli_parser import build_parser
-from service.settings import ServiceSettings
+from service.commands.cli_parser import build_parser
+from service.config.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from indexer.settings import IndexSettings
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from indexer.catalog import read_catalog
 from indexer.data import DEMO_CATALOG
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 pytestmark = pytest.mark.model
 ATTEND = str(Path(sys.executable).with_name("attend"))

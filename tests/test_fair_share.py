@@ -16,11 +16,12 @@ import torch
 from sqlalchemy import Engine
 
 from conftest import FakeEncoder, index_books
-from service.engine.batching import BUDGET_FLOOR, SMALL_REQUEST, Ticket, WaitingLine
+from service.config.settings import ServiceSettings
+from service.engine.batching import BUDGET_FLOOR, SMALL_REQUEST, WaitingLine
 from service.engine.results import SearchResult
-from service.engine.searcher import Searcher, SearchOptions
+from service.engine.searcher import Searcher
 from service.engine.startup import build_searcher
-from service.settings import ServiceSettings
+from service.engine.tickets import SearchOptions, Ticket
 
 BOOKS: list[dict[str, object]] = [
     {"id": f"b{i:03d}", "title": f"Book {i} of the {w} kind", "description": f"{w} story {i}"}

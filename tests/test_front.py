@@ -17,8 +17,9 @@ from sqlalchemy import Engine
 
 from conftest import FakeEncoder, InProcessShards, index_books
 from service.api.main import create_app
-from service.engine.batching import Call, Slice
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
+from service.engine.batching import Slice
+from service.engine.tickets import Call
 
 BOOKS = [
     {"id": f"b{i}", "title": f"Book {i}", "description": f"a tale of {w}", "authors": [f"A{i}"]}

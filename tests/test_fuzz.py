@@ -35,7 +35,7 @@ from indexer.catalog import MAX_DEPTH
 from indexer.settings import IndexSettings
 from models.text import normalize_id
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 EXAMPLES_PER_OPERATION = 60
 # FastAPI's docs, and the offline docs' static assets (fastapi-offline): not API operations

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from conftest import ATTEND, FakeEncoder
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 TOKEN = "hostile-admin-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -17,9 +17,9 @@ from indexer import db, pipeline
 from indexer.data import DEMO_CATALOG
 from indexer.settings import IndexSettings
 from service.api.main import create_app
+from service.config.settings import ServiceSettings
 from service.engine.served_index import ServedIndex
 from service.engine.startup import build_encoder
-from service.settings import ServiceSettings
 
 QUERIES = ["tolkien", "a dragon and a wizard", "python machine learning", "harry potter", "war"]
 

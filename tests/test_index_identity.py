@@ -21,7 +21,7 @@ from conftest import PG_URL, FakeEncoder, index_books, write_jsonl
 from indexer import db, pipeline, store
 from indexer.settings import IndexSettings
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 OLD: list[dict[str, object]] = [
     {"id": "removed", "title": "Dragons of the river", "description": "A dragon by a river."},

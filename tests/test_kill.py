@@ -28,7 +28,7 @@ from indexer.schema import Book, BookVector, Generation, Vector
 from indexer.settings import IndexSettings
 from models.encoder import SentenceTransformerEncoder
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 pytestmark = pytest.mark.model
 logger = logging.getLogger(__name__)

@@ -18,9 +18,10 @@ from sqlalchemy import Engine
 from conftest import FakeEncoder, index_books
 from indexer.filters import Filters
 from service.api.main import create_app
-from service.engine.searcher import Searcher, SearchOptions
+from service.config.settings import ServiceSettings
+from service.engine.searcher import Searcher
 from service.engine.startup import build_searcher
-from service.settings import ServiceSettings
+from service.engine.tickets import SearchOptions
 
 BOOKS: list[dict[str, object]] = [
     {

@@ -1,6 +1,6 @@
-"""Issue 33: `make demo` checks its port before it installs anything (service/port_check.py):
-with the port taken it fails at once, naming the port, and creates no virtual environment; the
-port is read as the settings read it (the environment, else `.env`)."""
+"""Issue 33: `make demo` checks its port before it installs anything
+(service/commands/port_check.py): with the port taken it fails at once, naming the port, and creates
+no virtual environment; the port is read as the settings read it (the environment, else `.env`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from service import port_check
+from service.commands import port_check
 
 REPO = Path(__file__).resolve().parents[1]
 

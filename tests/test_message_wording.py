@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from conftest import FakeEncoder
 from indexer.catalog import CatalogSnapshot
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 
 def test_a_recommend_body_problem_is_said_once(demo_database_url: str) -> None:

@@ -26,12 +26,12 @@ from indexer.book_columns import BookColumns
 from indexer.filters import Filters
 from service.cluster.shards.router import ShardedKeys
 from service.cluster.shards.shard import LocalShard, Shard
-from service.engine.batching import Ticket
+from service.config.settings import ServiceSettings
 from service.engine.results import SearchResult
-from service.engine.searcher import Searcher, SearchOptions
+from service.engine.searcher import Searcher
 from service.engine.served_index import ServedIndex
 from service.engine.startup import searcher_of
-from service.settings import ServiceSettings
+from service.engine.tickets import SearchOptions, Ticket
 
 N, D = 300, 32
 WORDS = ["harbour", "lantern", "orchard", "granite", "meadow", "quarry", "thistle", "willow"]

@@ -27,7 +27,7 @@ sys.path.insert(0, sys.argv[2])
 from fastapi.testclient import TestClient
 from conftest import FakeEncoder
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 settings = ServiceSettings(database_url=sys.argv[1], device="cpu", generation_poll_s=0)
 digest = hashlib.sha256()
 with TestClient(create_app(settings, encoder=FakeEncoder())) as client:

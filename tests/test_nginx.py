@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from conftest import ATTEND, attend_index, free_port, write_jsonl
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = (ROOT / "deploy" / "nginx.conf").read_text()

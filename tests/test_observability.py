@@ -14,8 +14,8 @@ from sqlalchemy import create_engine
 from conftest import FakeEncoder
 from indexer import db
 from service.api.main import create_app
-from service.logs import JsonFormatter
-from service.settings import ServiceSettings
+from service.commands.logs import JsonFormatter
+from service.config.settings import ServiceSettings
 
 SECRET = "Bearer s3cret-admin-token-never-logged"
 

@@ -23,7 +23,7 @@ from conftest import FakeEncoder, free_port, write_jsonl
 from indexer import db, pipeline
 from indexer.settings import IndexSettings
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

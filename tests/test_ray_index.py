@@ -20,10 +20,10 @@ from indexer.data import DEMO_CATALOG
 from indexer.filters import Filters
 from indexer.settings import IndexSettings
 from models.encoder import SentenceTransformerEncoder
-from service.cli_parser import build_parser
+from service.commands.cli_parser import build_parser
+from service.config.settings import ServiceSettings
 from service.engine.query_ranking import rank_queries
 from service.engine.served_index import ServedIndex
-from service.settings import ServiceSettings
 
 pytest.importorskip("ray", reason="the ray engine is an extra: pip install 'attend[ray]'")
 from indexer import ray_embed

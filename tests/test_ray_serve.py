@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 from conftest import ATTEND, attend_index, free_port, write_jsonl
 from indexer.data import DEMO_CATALOG
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 pytest.importorskip("ray", reason="the ray engine is an extra: pip install 'attend[ray]'")
 pytestmark = pytest.mark.model
@@ -92,7 +92,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
 @contextmanager
 def _one_thread() -> Iterator[None]:
     """Torch on one thread here, as in every shard replica (num_cpus=1 sets OMP_NUM_THREADS=1)
-    and in the router beside its onnx encoder (service/launch.py): with 2 threads float32
+    and in the router beside its onnx encoder (service/commands/threads.py): with 2 threads float32
     kernels sum in another order, which moved "the history of Rome"'s entropy by 5e-6
     relative, in some runs, whatever the sharding."""
     threads = torch.get_num_threads()

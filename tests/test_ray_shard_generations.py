@@ -16,7 +16,7 @@ from indexer import pipeline
 from indexer.data import DEMO_CATALOG
 from indexer.filters import Filters
 from indexer.settings import IndexSettings
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 pytest.importorskip("ray", reason="the ray engine is an extra: pip install 'attend[ray]'")
 

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from conftest import index_demo_with
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 pytestmark = pytest.mark.model
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from service.cli_parser import build_parser
+from service.commands.cli_parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

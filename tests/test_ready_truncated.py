@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from conftest import FakeEncoder, index_books
 from indexer import db
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 BOOKS: list[dict[str, object]] = [
     {"id": f"b{i}", "title": f"Book {i}", "description": f"words of book {i}"} for i in range(20)

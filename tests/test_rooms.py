@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 from conftest import FakeEncoder, InProcessShards, index_books
 from indexer.db import create_db_engine
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 # a room's rank: calls may only go to a room of a higher rank (or stay in their own)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FakeEncoder, write_jsonl
-from service.cli import main
+from service.commands.cli import main
 
 BOOKS: list[dict[str, object]] = [
     {"id": "dune", "title": "Dune", "authors": ["Frank Herbert"], "description": "Spice."},
@@ -27,7 +27,9 @@ def test_no_strong_match_names_its_cause(
 ) -> None:
     monkeypatch.setenv("ATTEND_DATABASE_URL", database_url)
     monkeypatch.setattr("service.engine.startup.build_encoder", lambda settings: FakeEncoder())
-    monkeypatch.setattr("service.index_commands.index_encoder", lambda settings: FakeEncoder())
+    monkeypatch.setattr(
+        "service.commands.index_commands.index_encoder", lambda settings: FakeEncoder()
+    )
     assert main(["index", str(write_jsonl(tmp_path / "books.jsonl", BOOKS))]) == 0
     capsys.readouterr()
     assert main(["search", "qwertyuiop", "--author", "herbert", "--here"]) == 0

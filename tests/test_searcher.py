@@ -19,12 +19,13 @@ from conftest import FakeEncoder, index_books
 from indexer import loaded_index
 from indexer.filters import Filters
 from models.keys import LocalKeys, key_dtype_for
+from service.config.settings import ServiceSettings
 from service.engine.exceptions import IndexEmptyError
 from service.engine.results import SearchResult
-from service.engine.searcher import QueryCache, Searcher, SearchOptions
+from service.engine.searcher import QueryCache, Searcher
 from service.engine.served_index import ServedIndex
 from service.engine.startup import build_searcher
-from service.settings import ServiceSettings
+from service.engine.tickets import SearchOptions
 
 
 class RandomEncoder(FakeEncoder):

@@ -1,6 +1,6 @@
 """Issue 33: where the `attend serve` of a database listens is recorded beside it (or, for a
 server database, in the user's cache) while it serves, for `attend search` to find it whatever
-ATTEND_PORT says (service/server_record.py); a record whose process is gone is ignored."""
+ATTEND_PORT says (service/commands/server_record.py); a record whose process is gone is ignored."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from service.server_record import record_file, recorded, recorded_url
+from service.commands.server_record import record_file, recorded, recorded_url
 
 
 def test_a_server_is_recorded_beside_its_database_while_it_serves(tmp_path: Path) -> None:

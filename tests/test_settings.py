@@ -10,8 +10,8 @@ import torch
 from pydantic import ValidationError
 
 from indexer.settings import IndexSettings
-from service.launch import apply_serve_threads, serve_torch_threads
-from service.settings import ServiceSettings
+from service.commands.threads import apply_serve_threads, serve_torch_threads
+from service.config.settings import ServiceSettings
 
 
 @pytest.fixture
@@ -99,7 +99,7 @@ def test_head_scales_reach_the_search_and_similar(
 def test_serve_gives_torch_one_thread_beside_the_onnx_encoder_on_the_cpu(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """service/launch.py: the product and the encoder have their own threads there; an
+    """service/commands/threads.py: the product and the encoder have their own threads there; an
     explicit ATTEND_TORCH_THREADS wins, and the torch encoder keeps torch's threads, as do
     spinning OpenMP threads (the product then runs in them)."""
     monkeypatch.setenv("OMP_WAIT_POLICY", "passive")

@@ -22,17 +22,17 @@ from indexer.settings import IndexSettings
 from models.attention import Attention, attend
 from models.encoder import SentenceTransformerEncoder
 from models.heads import ScoredHead
-from models.shard_merge import ShardAnswer, SparseScores, merge, split
+from models.shard_merge import ShardAnswer, SparseScores, merge, shard_bounds
 from service.api.search_schemas import PageAndFilters
 from service.cluster.shards.router import ShardedKeys
 from service.cluster.shards.shard import LocalShard, Shard, ShardQuery, ShardSweep
+from service.config.head_weights import BookHeads, parse_heads
+from service.config.settings import ServiceSettings
 from service.engine import book_ranking
-from service.engine.head_weights import BookHeads, parse_heads
 from service.engine.query_ranking import Hit, Ranking, rank_queries
 from service.engine.searcher import Searcher
 from service.engine.served_index import RANK_FIELD, ServedIndex
 from service.engine.startup import searcher_of
-from service.settings import ServiceSettings
 
 pytestmark = pytest.mark.model
 QUERIES = ["generative AI", "the history of Rome", "a picture book about a bear", "databases"]
@@ -116,7 +116,7 @@ def _sharded(
             ),
             offset=a,
         )
-        for a, b in split(len(keys), shards)
+        for a, b in shard_bounds(len(keys), shards)
     ]
     return merge(answers, k=k)
 
@@ -126,10 +126,10 @@ def _part(mask: torch.Tensor | None, a: int, b: int) -> torch.Tensor | None:
 
 
 def test_split_covers_every_row_once() -> None:
-    assert split(10, 3) == [(0, 3), (3, 6), (6, 10)]
-    assert split(2, 3) == [(0, 0), (0, 1), (1, 2)]
+    assert shard_bounds(10, 3) == [(0, 3), (3, 6), (6, 10)]
+    assert shard_bounds(2, 3) == [(0, 0), (0, 1), (1, 2)]
     with pytest.raises(ValueError, match="at least one shard"):
-        split(10, 0)
+        shard_bounds(10, 0)
 
 
 @pytest.mark.parametrize("masking", ["none", "shared", "per_query", "one_shard_only"])

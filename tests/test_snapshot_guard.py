@@ -24,7 +24,7 @@ from indexer.data import DEMO_CATALOG
 from indexer.schema import Generation
 from indexer.settings import IndexSettings
 from service.api.main import create_app
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 TOKEN = "s3cret-admin-token-0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -11,10 +11,11 @@ import pytest
 from sqlalchemy import Engine
 
 from conftest import FakeEncoder, index_books
+from service.config.settings import ServiceSettings
 from service.engine.results import SearchResult
-from service.engine.searcher import Searcher, SearchOptions
+from service.engine.searcher import Searcher
 from service.engine.startup import build_searcher
-from service.settings import ServiceSettings
+from service.engine.tickets import SearchOptions
 
 # Ten groups of twelve books with the same title and description: twelve-way exact ties
 BOOKS: list[dict[str, object]] = [

@@ -12,7 +12,7 @@ import pytest
 
 from indexer.settings import IndexSettings
 from models.defaults import default_onnx_cache_dir
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 
 @pytest.fixture

@@ -79,7 +79,7 @@ def _normal(name: str) -> str:
 
 
 @lru_cache(maxsize=4096)
-def rank(name: str) -> int:
+def name_rank(name: str) -> int:
     """Where `name` stands among its field's names: the lowest rank is read, if it has a value."""
     return _RANK.get(_normal(name), 0)
 
@@ -114,8 +114,8 @@ class ColumnNames:
             return None if f == METADATA else f
         return field_of(name)
 
-    def rank(self, name: str) -> int:
-        return -1 if self.mapping and _normal(name) in self.mapping else rank(name)
+    def name_rank(self, name: str) -> int:
+        return -1 if self.mapping and _normal(name) in self.mapping else name_rank(name)
 
     def lookalike(self, name: str) -> str | None:
         """The field a metadata column `name` looks like it holds, when it is none of that

@@ -106,7 +106,7 @@ def _pick(
     picked: dict[str, tuple[str, Any]] = {}
     for f, keys in candidates.items():
         if len(keys) > 1:
-            keys.sort(key=names.rank)
+            keys.sort(key=names.name_rank)
         given = [k for k in keys if values[k] is not None] or keys[:1]
         picked[f] = (given[0], values[given[0]])
     used = {key for f, (key, _) in picked.items() if f != columns.ISBN}  # _id takes an ISBN

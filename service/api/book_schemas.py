@@ -19,9 +19,9 @@ from service.api.search_schemas import (
     Query,
     shown_title,
 )
+from service.config.head_weights import HEADS, parse_heads
 from service.engine.book_ranking import OWN_AUTHORS
 from service.engine.explainer import BookExplanation
-from service.engine.head_weights import HEADS, parse_heads
 from service.engine.results import BookRecord, Recommendations, SimilarBooks
 
 MAX_LIKED = 100
@@ -198,7 +198,7 @@ class SimilarResponse(BaseModel):
     results: list[SimilarHit]
 
 
-class Because(BaseModel):
+class BecauseOut(BaseModel):
     id: str = Field(description="A liked book (its title is in the response's `liked`).")
     share: float = Field(
         description="Fraction of the result's weight that came from this liked book's "
@@ -211,20 +211,20 @@ class Because(BaseModel):
 
 
 class RecommendHit(BookHit):
-    because: list[Because] = Field(description="Per liked book, largest share first.")
+    because: list[BecauseOut] = Field(description="Per liked book, largest share first.")
 
 
-class NamedBook(BaseModel):
+class NamedBookOut(BaseModel):
     id: str
     title: ShownTitle
 
 
 class RecommendResponse(BaseModel):
-    liked: list[NamedBook] = Field(
+    liked: list[NamedBookOut] = Field(
         description="The liked books, in the request's order (repeats once), with their "
         "titles: each result's `because` names them by id."
     )
-    disliked: list[NamedBook]
+    disliked: list[NamedBookOut]
     scale: float = Field(description="Softmax scale of the description head.")
     heads: HeadsInfo = Field(
         description="The heads mixed for every liked book, with their weights π (each liked "

@@ -18,13 +18,13 @@ from service.api.admission import Turns, check_budget
 from service.api.book_schemas import RecommendRequest
 from service.api.error_handlers import AdminAuthError
 from service.api.metrics import Metrics
+from service.config.settings import ServiceSettings
 from service.engine.front import Front
 from service.engine.readiness import Readiness
 from service.engine.reindex_jobs import ReindexJobs
 from service.engine.reloader import GenerationWatcher
 from service.engine.searcher import Searcher
 from service.engine.served_index import ServedIndex
-from service.settings import ServiceSettings
 
 
 async def get_loaded_searcher(request: Request) -> Searcher | None:

@@ -29,6 +29,7 @@ from service.api.guards import BodySizeLimit, Utf8Url
 from service.api.metrics import GaugeReader, Metrics
 from service.api.routes import admin, books, explain, health, page, recommend, redoc, search
 from service.api.telemetry import RequestTelemetry
+from service.config.settings import ServiceSettings
 from service.engine.explainer import Explainer
 from service.engine.front import Front
 from service.engine.notify import follow_generations
@@ -44,7 +45,6 @@ from service.engine.startup import (
     follow,
     index_settings,
 )
-from service.settings import ServiceSettings
 
 logger = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from starlette.responses import Response
 from indexer.book_columns import BookFields
 from indexer.filters import Filters
 from models.text import normalize_text
-from service.engine.head_weights import HEADS, MAX_HEADS_CHARS, parse_heads
+from service.config.head_weights import HEADS, MAX_HEADS_CHARS, parse_heads
 from service.engine.results import HeadsUsed, SearchResult
-from service.engine.searcher import SearchOptions
+from service.engine.tickets import SearchOptions
 
 MAX_QUERY_CHARS = 512
 MAX_K = 100

@@ -39,7 +39,7 @@ from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
 
 from service.api.connections import PerClient, Refusals, connection_bound
 from service.api.guards import send_error
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 logger = logging.getLogger(__name__)
 

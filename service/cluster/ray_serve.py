@@ -38,7 +38,7 @@ from service.api import server
 from service.api.main import create_app
 from service.cluster.shards.deployments import ShardConfig, ShardDeployment
 from service.cluster.shards.placement import ShardPlacement
-from service.settings import ServiceSettings
+from service.config.settings import ServiceSettings
 
 logger = logging.getLogger(__name__)
 

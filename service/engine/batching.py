@@ -25,15 +25,9 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
 
-if TYPE_CHECKING:
-    from service.engine.results import SearchResult
-    from service.engine.searcher import SearchOptions
-    from service.engine.served_index import ServedIndex
+from service.engine.tickets import Call, Ticket
 
 SMALL_REQUEST = 4  # queries: a request this small is interactive, and goes first in a batch
 SMALL_SEEN_S = 1.0  # small requests count as about this long after the last one arrived
@@ -48,42 +42,6 @@ BUDGET_FLOOR = 4
 # machine, idle): 4 is 11% dearer than one call for all. Without small requests about, 16: the
 # first one to come waits for 16 queries' encoding, not a whole batch's.
 ENCODE_CHUNK = 4
-
-
-@dataclass
-class Ticket:
-    """One search request's place in the line: its queries, and what the worker has done with
-    them (not a re-index job: those are service/engine/reindex_jobs.py's)."""
-
-    queries: list[str]
-    options: SearchOptions
-    future: Future[list[SearchResult]] = field(default_factory=Future)
-    taken: int = 0  # queries handed to a batch so far; they are answered in order
-    responses: list[SearchResult] = field(default_factory=list)
-    # the generation its first queries were answered from: a request answered over several
-    # batches is answered from one generation, even if a new one is swapped in meanwhile
-    index: ServedIndex | None = None
-
-    @property
-    def left(self) -> int:
-        """Queries not yet in a batch."""
-        return len(self.queries) - self.taken
-
-
-@dataclass
-class Call:
-    """Torch work that is no typed search, run whole on the worker: `run()` answers `future`."""
-
-    work: Callable[[], Any]
-    future: Future[Any] = field(default_factory=Future)
-
-    def run(self) -> None:
-        if not self.future.set_running_or_notify_cancel():
-            return  # the client is gone
-        try:
-            self.future.set_result(self.work())
-        except BaseException as e:  # the request gets its error; the worker goes on
-            self.future.set_exception(e)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from torch import Tensor
 from indexer.filters import Filters
 from models.heads import ScoredHead
 from models.mixture import Mixture
-from service.engine.head_weights import (
+from service.config.head_weights import (
     AUTHOR,
     HEADS,
     LEXICAL,

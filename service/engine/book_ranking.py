@@ -45,12 +45,12 @@ from __future__ import annotations
 import torch
 
 from models.diversity import mmr_order
+from service.config.head_weights import (
+    BookHeads,
+)
 from service.engine.book_attention import TASTE, rank_by_books
 from service.engine.book_works import AuthorKey, own_authors_of, pick_slots
 from service.engine.exceptions import BookNotFoundError
-from service.engine.head_weights import (
-    BookHeads,
-)
 from service.engine.mixing import hit_parts
 from service.engine.query_ranking import description_scores
 from service.engine.results import (

@@ -21,14 +21,15 @@ from sqlalchemy.orm import Session
 
 from indexer import db, store
 from indexer.book_columns import BookFields
+from service.config.head_weights import BookHeads
 from service.engine import book_ranking
 from service.engine.database_errors import Reporter
 from service.engine.exceptions import BookNotFoundError, NotReadyError
 from service.engine.explainer import BookExplanation, Explainer
-from service.engine.head_weights import BookHeads
 from service.engine.results import BookRecord, Recommendations, SearchResult, SimilarBooks
-from service.engine.searcher import Searcher, SearchOptions
+from service.engine.searcher import Searcher
 from service.engine.served_index import ServedIndex
+from service.engine.tickets import SearchOptions
 
 
 class Front:

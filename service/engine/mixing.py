@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from models.mixture import Mixture
-from service.engine.head_weights import HEADS, LEXICAL, SCORED_HEADS
+from service.config.head_weights import HEADS, LEXICAL, SCORED_HEADS
 from service.engine.results import HeadPart
 
 

@@ -40,8 +40,8 @@ import torch
 from torch import Tensor
 
 from indexer.filters import Filters
+from service.config.head_weights import AUTHOR, HEADS, LEXICAL, SCORED_HEADS
 from service.engine.catalog_names import NamedAuthor
-from service.engine.head_weights import AUTHOR, HEADS, LEXICAL, SCORED_HEADS
 from service.engine.mixing import hit_parts
 from service.engine.ranking import Component, rank
 from service.engine.results import HeadPart

@@ -20,7 +20,7 @@ from indexer.filters import Filters
 from models.heads import DenseHeads, ScoredHead
 from models.mixture import Answer, MixSteps, Mixture, ScoresAsk, TopAsk, mix_topk
 from models.rank_fusion import fuse_ranks
-from service.engine.head_weights import Fusion
+from service.config.head_weights import Fusion
 from service.engine.mixing import Mixed
 from service.engine.served_index import ServedIndex
 

@@ -1,5 +1,7 @@
 """Re-index jobs run inside the service (POST /admin/reindex): one at a time, each in its own
-thread, so searches go on answering from the active generation while it builds the next."""
+thread, so searches go on answering from the active generation while it builds the next. The
+admin routes call only this module: it takes an upload's file, starts the job and says where
+the job stands (`JobStanding`), and it alone calls the indexer for them."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 from sqlalchemy import Engine
 
@@ -44,6 +47,30 @@ class Job:
     error: str | None = None
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     finished_at: datetime | None = None
+
+    def standing(self) -> JobStanding:
+        """Where the job stands now (read from any thread)."""
+        p = self.progress.snapshot()
+        return JobStanding(
+            total=p.total,
+            done=p.done,
+            embedded=p.embedded,
+            books_per_second=p.books_per_second,
+            eta_s=p.eta_s,
+            generation=p.generation,
+        )
+
+
+@dataclass(frozen=True)
+class JobStanding:
+    """A job's progress as the admin API shows it: the run's counts and rates at one moment."""
+
+    total: int  # valid books in the catalog
+    done: int  # books processed (written or found unchanged)
+    embedded: int  # texts embedded so far
+    books_per_second: float
+    eta_s: float | None  # None unless indexing, at a known rate
+    generation: int | None  # the generation being built
 
 
 class ReindexJobs:
@@ -102,6 +129,28 @@ class ReindexJobs:
             )
             self._thread.start()
             return job
+
+    def submit_upload(
+        self,
+        file: IO[bytes],
+        *,
+        name: str,
+        keep_missing: bool,
+        skip_invalid: bool,
+        allow_mass_delete: bool,
+    ) -> Job:
+        """Start a job over an uploaded catalog: `file`, an anonymous temporary file the job owns
+        (it closes it, which deletes it), read with the app's row bound. A gzip or UTF-16 upload
+        is decoded here first: call it off the event loop."""
+        snapshot = CatalogSnapshot.adopt(file, name=name, max_row_bytes=self.settings.max_row_bytes)
+        return self.submit(
+            snapshot,
+            catalog=name,
+            keep_missing=keep_missing,
+            skip_invalid=skip_invalid,
+            allow_mass_delete=allow_mass_delete,
+            cleanup=True,
+        )
 
     def get(self, job_id: str) -> Job | None:
         with self._lock:

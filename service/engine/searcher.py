@@ -17,18 +17,17 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 import torch
 
-from indexer.filters import Filters
 from models.encoder import Encoder
-from service.engine.batching import Call, Slice, Ticket, WaitingLine
+from service.engine.batching import Slice, WaitingLine
 from service.engine.exceptions import IndexEmptyError
 from service.engine.query_ranking import Ranking, rank_queries
 from service.engine.results import AuthorNamed, HeadsUsed, RankedBook, SearchResult
 from service.engine.served_index import RANK_FIELD, ServedIndex
+from service.engine.tickets import Call, SearchOptions, Ticket
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,17 +48,6 @@ def match_strength(top_weight: float, matched: int) -> float:
     if matched <= 1:
         return 1.0 if matched == 1 else 0.0
     return max(0.0, math.log(max(top_weight * matched, 1e-300)) / math.log(matched))
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """A search request's paging, filters (the attention mask) and head weights π (None: the
-    searcher's default)."""
-
-    k: int = 10
-    offset: int = 0
-    filters: Filters = field(default_factory=Filters)
-    heads: dict[str, float] | None = None
 
 
 class QueryCache:

@@ -19,10 +19,10 @@ from indexer.settings import IndexSettings, StoreSettings
 from models.device import pick_device
 from models.encoder import Encoder, SentenceTransformerEncoder
 from models.keys import LocalKeys
+from service.config.settings import ServiceSettings
 from service.engine.reloader import GenerationWatcher
 from service.engine.searcher import Searcher
 from service.engine.served_index import KeyStore, ServedIndex, row_moves
-from service.settings import ServiceSettings
 
 logger = logging.getLogger(__name__)
 
@@ -200,10 +200,8 @@ def searcher_of(settings: ServiceSettings, encoder: Encoder, index: ServedIndex)
 
 
 def index_settings(settings: ServiceSettings) -> IndexSettings:
-    """What an admin re-index runs with: the service's database and model."""
-    return IndexSettings(
-        database_url=settings.database_url,
-        model=settings.model,
-        device=settings.device,
-        encode_batch_size=settings.encode_batch_size,
-    )
+    """What an admin re-index runs with: every setting the two share from the app's settings
+    object (the database, the model and its encoder, a run's batch size, row and delete bounds,
+    catalog columns), none read again from the environment; it embeds in this process."""
+    shared = IndexSettings.model_fields.keys() & ServiceSettings.model_fields.keys()
+    return IndexSettings(**{name: getattr(settings, name) for name in sorted(shared)})

@@ -12,7 +12,6 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
-from indexer.catalog import CatalogSnapshot
 from service.api.deps import AdminDep, JobsDep
 from service.api.error_handlers import NESTED_TOO_DEEP
 from service.api.ops_schemas import JobOut, JobProgress, JobReport, ReindexRequest
@@ -51,15 +50,7 @@ _UPLOAD_BODY = {
 async def reindex(request: Request, response: Response, jobs: JobsDep) -> JobOut:
     """Re-index from a catalog path on the server (JSON) or an uploaded file (multipart)."""
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        snapshot, name, flags = await _save_upload(request, jobs)
-        job = jobs.submit(
-            snapshot,
-            catalog=name,
-            keep_missing=flags["keep_missing"],
-            skip_invalid=flags["skip_invalid"],
-            allow_mass_delete=flags["allow_mass_delete"],
-            cleanup=True,
-        )
+        job = await _submit_upload(request, jobs)
     else:
         try:
             body = ReindexRequest.model_validate_json(await request.body())
@@ -95,11 +86,9 @@ def get_job(job_id: str, jobs: JobsDep) -> JobOut:
 _FLAGS = ("keep_missing", "skip_invalid", "allow_mass_delete")
 
 
-async def _save_upload(
-    request: Request, jobs: ReindexJobs
-) -> tuple[CatalogSnapshot, str, dict[str, bool]]:
-    """The uploaded catalog as a snapshot (an anonymous temporary file, which no crash leaves
-    behind), its name, and the flags of _FLAGS given as form fields."""
+async def _submit_upload(request: Request, jobs: ReindexJobs) -> Job:
+    """A job over the uploaded catalog (saved to an anonymous temporary file, which no crash
+    leaves behind), with the flags of _FLAGS given as form fields."""
     async with request.form() as form:
         upload = form.get("catalog")
         if not isinstance(upload, UploadFile):
@@ -112,20 +101,21 @@ async def _save_upload(
 
         name = upload.filename or f"upload{suffix}"
 
-        def save() -> CatalogSnapshot:
+        def flag(name: str) -> bool:
+            return str(form.get(name, "false")).lower() in ("1", "true", "yes", "on")
+
+        flags = {f: flag(f) for f in _FLAGS}
+
+        def save() -> Job:
             f = tempfile.TemporaryFile()  # noqa: SIM115  # the job closes it, which deletes it
             try:
                 shutil.copyfileobj(upload.file, f, 1024 * 1024)
             except BaseException:
                 f.close()
                 raise
-            return CatalogSnapshot.adopt(f, name=name, max_row_bytes=jobs.settings.max_row_bytes)
+            return jobs.submit_upload(f, name=name, **flags)
 
-        def flag(name: str) -> bool:
-            return str(form.get(name, "false")).lower() in ("1", "true", "yes", "on")
-
-        snapshot = await run_in_threadpool(save)
-        return snapshot, name, {f: flag(f) for f in _FLAGS}
+        return await run_in_threadpool(save)
 
 
 def _reason(loc: tuple[int | str, ...], msg: str) -> str:
@@ -145,7 +135,7 @@ def _is_file(path: Path) -> bool:
 
 
 def job_out(job: Job) -> JobOut:
-    p = job.progress.snapshot()
+    p = job.standing()
     r = job.report
     return JobOut(
         id=job.id,

@@ -15,7 +15,7 @@ from ray.serve.handle import DeploymentHandle
 
 from indexer.db import SchemaError
 from indexer.loaded_index import LoadedIndex
-from models.shard_merge import split
+from models.shard_merge import shard_bounds
 from service.cluster.shards.deployments import NO_INDEX, RayShard
 from service.cluster.shards.router import ShardedKeys
 
@@ -52,7 +52,7 @@ class ShardPlacement:
 
     def keys(self, index: LoadedIndex) -> ShardedKeys:
         g = index.generation or NO_INDEX
-        want = split(len(index), len(self.shards))
+        want = shard_bounds(len(index), len(self.shards))
         shards = []
         for i, (handle, layout, (start, stop)) in enumerate(
             zip(self.shards, self.layouts, want, strict=True)

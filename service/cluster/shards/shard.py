@@ -23,7 +23,7 @@ from indexer.filters import FilterColumns, Filters
 from indexer.loaded_index import LoadedIndex
 from models.device import pick_device
 from models.keys import LocalKeys
-from models.shard_merge import ShardAnswer, SparseScores, split
+from models.shard_merge import ShardAnswer, SparseScores, shard_bounds
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class Shard:
         chunk_size: int | None = None,
     ):
         self.total = len(index)
-        self.start, self.stop = split(self.total, shards)[shard]
+        self.start, self.stop = shard_bounds(self.total, shards)[shard]
         part = slice_index(index, self.start, self.stop)
         where = pick_device(device)
         self.keys = LocalKeys(

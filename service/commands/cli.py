@@ -1,7 +1,7 @@
 """The `attend` command: index, delete, serve, search, demo and db.
 
 Only the standard library is imported here at module level, and in the parser's and the
-commands' modules (service/cli_parser.py, service/index_commands.py, service/serve_commands.py):
+commands' modules (cli_parser.py, index_commands.py, serve_commands.py in this room):
 `attend --help`, and a mistyped option, answer before torch, the model, SQLAlchemy or FastAPI
 load (importing them took 1.4 s of the 1.9 s `attend --help` took). Each command imports what
 it needs when it runs.
@@ -22,9 +22,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from service.cli_parser import build_parser
-from service.command_database import NoIndexError, database_url_of, overrides, shown, sqlite_file
-from service.index_commands import RayMissingError
+from service.commands.cli_parser import build_parser
+from service.commands.command_database import (
+    NoIndexError,
+    database_url_of,
+    overrides,
+    shown_url,
+    sqlite_file,
+)
+from service.commands.index_commands import RayMissingError
 
 logger = logging.getLogger("attend")
 
@@ -40,8 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from indexer.catalog import CatalogError
     from indexer.generations import IndexBusyError
     from indexer.settings import SettingError
+    from service.commands.logs import cli_level, configure_logging
     from service.engine.exceptions import IndexEmptyError
-    from service.logs import cli_level, configure_logging
 
     configure_logging(cli_level(args.verbose))
     new_file = _new_sqlite_file(args)
@@ -82,7 +88,7 @@ def _check_machine(args: argparse.Namespace) -> None:
     if args.command not in ("index", "serve", "demo", "search"):
         return
     from indexer.settings import IndexSettings
-    from service.settings import ServiceSettings
+    from service.config.settings import ServiceSettings
 
     kind = IndexSettings if args.command == "index" else ServiceSettings
     kind(**overrides(args, ("database_url", "engine"))).check_machine()
@@ -107,13 +113,13 @@ def unreachable(args: argparse.Namespace, e: Exception) -> str:
 
     if is_disk_full(e):  # it answers: it said so (it once read "cannot reach the database")
         return (
-            f"the disk of the database at {shown(database_url_of(args))} is full: free space "
+            f"the disk of the database at {shown_url(database_url_of(args))} is full: free space "
             "on it, then run the command again (an index run resumes where it stopped)"
         )
     reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
     return (
-        f"cannot reach the database at {shown(database_url_of(args))} ({reason}): check that it "
-        "runs, and ATTEND_DATABASE_URL or --database-url"
+        f"cannot reach the database at {shown_url(database_url_of(args))} ({reason}): check "
+        "that it runs, and ATTEND_DATABASE_URL or --database-url"
     )
 
 

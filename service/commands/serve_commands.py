@@ -1,17 +1,19 @@
-"""What `attend serve`, `attend demo` and `attend search` do (service/cli_parser.py parses the
-command line, service/cli.py calls these; heavy modules are imported when a command runs)."""
+"""What `attend serve`, `attend demo` and `attend search` do (cli_parser.py parses the command
+line, cli.py calls these; heavy modules are imported when a command runs)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import socket
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
-from service.command_database import no_lock_file_left, open_index, overrides
-from service.index_commands import cmd_index
+from service.commands.command_database import no_lock_file_left, open_index, overrides
+from service.commands.index_commands import cmd_index
 
 logger = logging.getLogger("attend")
 NO_STRONG_MATCH_BELOW = 0.55  # the engine's (service/engine/searcher.py), not imported: torch
@@ -40,8 +42,8 @@ def cmd_serve(args: argparse.Namespace, sock: socket.socket | None = None) -> in
 
 
 def _serve(args: argparse.Namespace, sock: socket.socket | None) -> int:
-    from service.logs import configure_logging
-    from service.settings import ServiceSettings
+    from service.commands.logs import configure_logging
+    from service.config.settings import ServiceSettings
 
     settings = ServiceSettings(**overrides(args, SERVE_OPTIONS))
     # a server's log is its lifecycle and its requests: ATTEND_LOG_LEVEL (INFO), DEBUG at -vv
@@ -60,9 +62,9 @@ def _serve(args: argparse.Namespace, sock: socket.socket | None) -> int:
     try:
         # torch, FastAPI and the engine: seconds of imports, after the port is ours
         from service.api.main import create_app
-        from service.launch import apply_serve_threads, exit_now
-        from service.remote_search import server_url
-        from service.server_record import recorded
+        from service.commands.remote_search import server_url
+        from service.commands.server_record import recorded
+        from service.commands.threads import apply_serve_threads
 
         apply_serve_threads(settings)
         # an admin re-index (POST /admin/reindex) takes the writer's lock too; `attend search`
@@ -77,6 +79,21 @@ def _serve(args: argparse.Namespace, sock: socket.socket | None) -> int:
     finally:
         sock.close()
     exit_now(status)  # served and shut down: nothing is left to do but the interpreter's teardown
+
+
+def exit_now(status: int) -> NoReturn:
+    """End the process with `status` now, once `attend serve` has shut down: its lifespan ran
+    (the searcher, the watcher and the database closed), its lock file and server record are
+    gone, Ray's shutdown ran. What is left is the interpreter's teardown of torch, the model and
+    the index, and the work still queued on the engine's threads, which concurrent.futures runs
+    to the end at exit: the process went on 5-20 s after uvicorn's "Finished server process"
+    line under load (issue 32, finding 5), which an orchestrator's stop timeout counts.
+    Logging and the standard streams are flushed first; nothing else is left to clean up."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe has nothing left to say
+            stream.flush()
+    os._exit(status)
 
 
 def _serve_on_ray(settings: Any, sock: socket.socket) -> int:
@@ -95,7 +112,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     bound first, so that one in use fails before the indexing, not after."""
     from indexer.data import DEMO_CATALOG
     from service.api import server
-    from service.settings import ServiceSettings
+    from service.config.settings import ServiceSettings
 
     settings = ServiceSettings(**overrides(args, SERVE_OPTIONS))
     try:
@@ -113,9 +130,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     """The ranking from the running server when one serves this database (or the one at
-    --url), else from the model and the index loaded here (service/remote_search.py)."""
-    from service.remote_search import RemoteSearchError, search_on_server
-    from service.settings import ServiceSettings
+    --url), else from the model and the index loaded here (service/commands/remote_search.py)."""
+    from service.commands.remote_search import RemoteSearchError, search_on_server
+    from service.config.settings import ServiceSettings
 
     settings = ServiceSettings(**overrides(args, ("database_url",)))
     params = {

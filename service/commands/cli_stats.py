@@ -1,6 +1,6 @@
 """`attend stats`: what the index at --database-url holds, in a few lines (issue 33: there was no
 way to see what was indexed short of `sqlite3 attend.db`). As every command module of the CLI,
-only the standard library at module level (service/cli.py).
+only the standard library at module level (service/commands/cli.py).
 
     index sqlite:////home/me/attend.db, model sentence-transformers/all-MiniLM-L6-v2 (d=384)
     generation 2 active (2026-12-02 17:31 UTC) from /home/me/goodreads.csv; 2 generations kept
@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from service.command_database import database_url_of, open_index, shown
+from service.commands.command_database import database_url_of, open_index, shown_url
 
 if TYPE_CHECKING:
     from indexer.index_stats import IndexStats
@@ -33,7 +33,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             stats = index_stats(session=session)
     finally:
         engine.dispose()
-    lines = stats_lines(stats, shown(url), next_step(url))
+    lines = stats_lines(stats, shown_url(url), next_step(url))
     sys.stdout.write("".join(f"{line}\n" for line in lines))
     return 0
 
@@ -72,9 +72,9 @@ def stats_lines(stats: IndexStats, database: str, next_step: str) -> list[str]:
 
 def next_step(database_url: str) -> str:
     """What to run after an index: the server that serves it already, else `attend serve`."""
-    from service.remote_search import server_url
-    from service.server_record import recorded_url
-    from service.settings import ServiceSettings
+    from service.commands.remote_search import server_url
+    from service.commands.server_record import recorded_url
+    from service.config.settings import ServiceSettings
 
     if (url := recorded_url(database_url)) is not None:
         return f"the running attend serve at {url} follows the new generation; search it there"

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from indexer.settings import RaySettings, StoreSettings
-from service.engine.head_weights import BookHeads, Fusion, HeadScales, parse_heads, parse_scales
+from indexer.settings import RaySettings, RunSettings, StoreSettings
+from service.config.head_weights import BookHeads, Fusion, HeadScales, parse_heads, parse_scales
 
 MIN_CHUNK = 64
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-class ServiceSettings(StoreSettings, RaySettings):
+class ServiceSettings(StoreSettings, RaySettings, RunSettings):
     # A refused value is never repeated in the error: a too-short ATTEND_ADMIN_TOKEN (or a
     # database URL with its password) would otherwise be printed to stderr and the logs. The
     # message still names the variable and the reason.
@@ -114,7 +115,8 @@ class ServiceSettings(StoreSettings, RaySettings):
         "runs on the CPU next to the onnx encoder under OMP_WAIT_POLICY=PASSIVE, which `attend` "
         "sets (the product runs in the BLAS's own threads, "
         "the encoder in ONNX Runtime's, and torch's many small operations per search ran "
-        "faster on one thread than waking a second), else torch's default (service/launch.py).",
+        "faster on one thread than waking a second), else torch's default "
+        "(service/commands/threads.py).",
     )
     batch_window_ms: float = Field(
         2.0,
@@ -290,16 +292,18 @@ class ServiceSettings(StoreSettings, RaySettings):
         parse_scales(value)
         return value
 
-    @property
+    # Parsed at their first read, once per settings object: the app's start reads them all, and
+    # the recommend budget reads `similar` on every request (tests/test_admission.py).
+    @cached_property
     def default_heads(self) -> dict[str, float]:
         return parse_heads(self.heads)
 
-    @property
+    @cached_property
     def scales(self) -> HeadScales:
         """A search's heads' scales."""
         return parse_scales(self.head_scales)
 
-    @property
+    @cached_property
     def similar(self) -> BookHeads:
         """Similar books' and recommendations' default head weights and scales."""
         return BookHeads(

@@ -3,7 +3,7 @@ in the main thread, so every `with` and `finally` on the way out runs.
 
 Before (issue 32, findings 3 and 5): Ctrl-C mid-embedding printed a full Python traceback of
 the model's forward pass, and SIGTERM's default action ended the process where it stood, so
-the SQLite writer's lock file (DATABASE.index-lock, service/command_database.py) stayed behind.
+the SQLite writer's lock file (DATABASE.index-lock, command_database.py) stayed behind.
 Now both raise `Interrupted` wherever the main thread is (between two bytecodes: a call into
 the model or the driver returns first), the open transaction rolls back, the lock file is
 removed, a Ray session shuts down, and the command prints one line; the generation being built

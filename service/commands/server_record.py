@@ -8,7 +8,7 @@ SQLite database (`attend.db.server`), else in the user's cache folder under a ha
 database's URL (its password left out). The server writes it once it has its port and removes
 it when it stops; one killed leaves it behind, so a record whose process is gone is ignored,
 and `attend search` checks that whatever answers serves this very index before it asks it
-(service/remote_search.py). Standard library only.
+(service/commands/remote_search.py). Standard library only.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ logger = logging.getLogger(__name__)
 
 def record_file(database_url: str) -> Path:
     """The record's file for the database at `database_url`."""
-    from service.command_database import shown, sqlite_file
+    from service.commands.command_database import shown_url, sqlite_file
 
     file = sqlite_file(database_url)
     if file is not None:
         return file.with_name(f"{file.name}.server")
     from models.defaults import user_cache_dir
 
-    digest = hashlib.sha256(shown(database_url).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(shown_url(database_url).encode()).hexdigest()[:16]
     return user_cache_dir() / "servers" / f"{digest}.json"
 
 

@@ -2,7 +2,7 @@
 the model and the index in the command itself took 23-32 s a call (issue 24).
 
 Without `--url` the command asks the server that `attend serve` (or `attend demo`) of the same
-database recorded it listens at (service/server_record.py), then the one where `attend serve`
+database recorded it listens at (server_record.py), then the one where `attend serve`
 would listen with the same settings (ATTEND_HOST, ATTEND_PORT), and only when that server serves
 the very index the command was pointed at: its /healthz names the database's identity
 (`index_id`, a random id written when the database was made) and the generation it serves, and
@@ -62,7 +62,7 @@ def local_identity(url: str) -> IndexIdentity | None:
     from sqlalchemy.orm import Session
 
     from indexer import db, store
-    from service.command_database import sqlite_file
+    from service.commands.command_database import sqlite_file
 
     file = sqlite_file(url)
     if file is not None and not file.exists():
@@ -127,7 +127,7 @@ def search_on_server(
     if url is not None:
         bases = [url.rstrip("/")]
     else:
-        from service.server_record import recorded_url
+        from service.commands.server_record import recorded_url
 
         recorded = recorded_url(database_url)
         bases = list(dict.fromkeys(b for b in (recorded, server_url(host, port)) if b))

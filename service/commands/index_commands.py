@@ -1,6 +1,6 @@
-"""What `attend index`, `attend delete` and `attend db` do (service/cli_parser.py parses the
-command line, service/cli.py calls these). As in the CLI, the heavy modules are imported inside
-each function, when the command runs."""
+"""What `attend index`, `attend delete` and `attend db` do (cli_parser.py parses the command
+line, cli.py calls these). As in the CLI, the heavy modules are imported inside each function,
+when the command runs."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from service.command_database import (
+from service.commands.command_database import (
     NoIndexError,
     database_url_of,
     no_lock_file_left,
     open_index,
     overrides,
-    shown,
+    shown_url,
     sqlite_file,
 )
-from service.index_progress import ProgressBar, log_progress
-from service.interrupts import Interrupted, stopping_on_signals
+from service.commands.index_progress import ProgressBar, log_progress
+from service.commands.interrupts import Interrupted, stopping_on_signals
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -37,7 +37,7 @@ class RayMissingError(RuntimeError):
 
 def cmd_index(args: argparse.Namespace) -> int:
     """`attend index`, which Ctrl-C or SIGTERM end with one line, the lock file removed and the
-    generation being built left building for the same command to resume (service/interrupts.py)."""
+    generation being built left building for the same command to resume (interrupts.py)."""
     with stopping_on_signals():
         try:
             return _index_command(args)
@@ -66,7 +66,7 @@ def _index_command(args: argparse.Namespace) -> int:
             if held is not None:
                 sys.stdout.write(
                     f"the index already holds generation {held}: nothing indexed (--if-empty) "
-                    f"-> {shown(settings.database_url)}\n"
+                    f"-> {shown_url(settings.database_url)}\n"
                 )
                 return 0
         columns = {**settings.catalog_columns, **column_options(getattr(args, "column", None))}
@@ -109,10 +109,10 @@ def _index_command(args: argparse.Namespace) -> int:
         f"rejected; {report.embedded} texts embedded in {report.seconds:.1f} s "
         f"({report.books_per_second:.1f} books/s); {switch}"
         f"{' (resumed an interrupted run)' if report.resumed else ''} "
-        f"-> {shown(settings.database_url)}\n"
+        f"-> {shown_url(settings.database_url)}\n"
     )
     if args.command == "index":  # `attend demo` serves next itself
-        from service.cli_stats import next_step
+        from service.commands.cli_stats import next_step
 
         sys.stdout.write(f"next: {next_step(settings.database_url)}\n")
     return 0
@@ -246,7 +246,7 @@ def cmd_db(args: argparse.Namespace) -> int:
         if args.action == "current":  # nothing to look at, and nothing to create
             sys.stdout.write(f"revision None (head {db.head_revision()}); no file {file}\n")
             return 0
-        raise NoIndexError(f"no database at {shown(url)} (there is no {file})")
+        raise NoIndexError(f"no database at {shown_url(url)} (there is no {file})")
     engine = db.create_db_engine(url)
     try:
         if args.action == "upgrade":

@@ -1,9 +1,9 @@
 """The `attend` command line: its parser, every subcommand's options and help.
 
 Only the standard library is imported here at module level, and in the commands' modules whose
-functions the subcommands name (service/index_commands.py, service/serve_commands.py), so that
+functions the subcommands name (index_commands.py, serve_commands.py in this room), so that
 `attend --help` and a mistyped option answer before torch, the model, SQLAlchemy or FastAPI
-load. service/cli.py runs what it parses.
+load. cli.py runs what it parses.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from service.cli_stats import cmd_stats
-from service.index_commands import cmd_db, cmd_delete, cmd_index
-from service.serve_commands import cmd_demo, cmd_search, cmd_serve
+from service.commands.cli_stats import cmd_stats
+from service.commands.index_commands import cmd_db, cmd_delete, cmd_index
+from service.commands.serve_commands import cmd_demo, cmd_search, cmd_serve
 
 if TYPE_CHECKING:  # what add_subparsers returns: a class private to argparse, generic in typeshed
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]

@@ -1,7 +1,7 @@
 """The database a command is pointed at: its URL and the settings its options override, its
 SQLite file, the URL as shown (no password), opened as an existing index, and the writer's lock
 file removed after the command. Every command's module shares these; as everywhere in the CLI
-(service/cli.py), the heavy modules are imported inside each function, when the command runs."""
+(cli.py), the heavy modules are imported inside each function, when the command runs."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def sqlite_file(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-def shown(url: str) -> str:
+def shown_url(url: str) -> str:
     """`url` without its password, a relative SQLite path made absolute (where the file is)."""
     from sqlalchemy.engine import make_url
 
@@ -65,11 +65,11 @@ def open_index(url: str) -> Engine:
 
     file = sqlite_file(url)
     if file is not None and not file.exists():
-        raise NoIndexError(f"no index at {shown(url)} (there is no {file}): {NO_INDEX_HINT}")
+        raise NoIndexError(f"no index at {shown_url(url)} (there is no {file}): {NO_INDEX_HINT}")
     engine = db.create_db_engine(url)
     try:
         if db.current_revision(engine) is None:
-            raise NoIndexError(f"{shown(url)} holds no Attend index: {NO_INDEX_HINT}")
+            raise NoIndexError(f"{shown_url(url)} holds no Attend index: {NO_INDEX_HINT}")
         db.ensure_schema(engine, create_if_new=False)
     except BaseException:
         engine.dispose()

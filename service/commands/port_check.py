@@ -1,7 +1,7 @@
 """`make demo`'s first step: is the port `attend demo` will serve on free? Run before the
-install (`python3 -m service.port_check`, the standard library only, no venv yet), so a port in
-use fails in a second, naming it, and not after minutes of installing (issue 33: the check ran
-in `attend demo` only, 6 minutes in).
+install (`python3 -m service.commands.port_check`, the standard library only, no venv yet),
+so a port in use fails in a second, naming it, and not after minutes of installing (issue 33:
+the check ran in `attend demo` only, 6 minutes in).
 
 The host and port are read as the settings read them: ATTEND_HOST / ATTEND_PORT from the
 environment, else from a `.env` file in the working folder, else 127.0.0.1:8000. `attend demo`
