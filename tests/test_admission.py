@@ -195,7 +195,7 @@ def test_the_recommend_budget_parses_no_setting_per_request(
     """ATTEND_SIMILAR_HEADS is parsed once per settings object (at the app's start), not by the
     budget check of every /recommend (issue 31): the settings' parser, counted from the start
     on, is not called again by any request, and the budget still counts the default's heads."""
-    from service.config import settings as config
+    from service.config import ranking_settings as config
 
     calls: list[str] = []
     real = config.parse_heads
