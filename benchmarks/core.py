@@ -10,7 +10,9 @@ Needs FAISS: `pip install -e '.[bench]'` (with `torch==2.13.0` on the same comma
 For every N × B cell (d = 384, k = 10, scale = 20), four methods answer the same B queries:
 
 - attend:    models.attention.attend(q, keys, k=10, scale=20.0), weights only, with the keys
-             laid out as the service holds them ((d, N) memory, an (N, d) view)
+             laid out as the service holds them ((d, N) memory, an (N, d) view), multiplied
+             by the BLAS this process measured faster for each batch size (models/cpu_blas.py,
+             printed in the header)
 - attend+V:  the same with values V (a separate random (N, 384) matrix), so `output` too
 - faiss:     IndexFlatIP.search with as many OpenMP threads as torch has. At B = 1 FAISS's
              defaults; at B ≥ 16 its BLAS path (distance_compute_blas_threshold = 0) with a
@@ -312,7 +314,9 @@ def report_text(result: dict[str, Any], cells: list[Cell]) -> None:
         f"Attend CPU benchmark: random unit keys, d={D}, k={K}, scale={SCALE:g}; "
         f"torch {env['torch']} ({env['torch_threads']} threads), "
         f"faiss {env['faiss']} ({env['faiss_threads']} OpenMP threads), numpy {env['numpy']}; "
-        f"attend's CPU product: {env['cpu_blas']}; "
+        f"attend's CPU product (measured per batch size): "
+        + ", ".join(f"B~{b} {name}" for b, name in env["cpu_blas_by_batch"].items())
+        + "; "
         + ", ".join(f"{k}={v}" for k, v in env["thread_settings"].items())
     )
     load = ", ".join(f"{x:.2f}" for x in env["loadavg_start"])
@@ -474,6 +478,7 @@ def main(argv: list[str] | None = None) -> None:
                 "faiss_threads": faiss.omp_get_max_threads(),
                 "faiss_b1": faiss_b1,
                 "faiss_batched": faiss_batched,
+                "cpu_blas_by_batch": {str(b): name for b, name in cpu_blas.choices().items()},
                 "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
                 "loadavg_start": load_start,
                 "loadavg_end": os.getloadavg(),

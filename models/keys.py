@@ -61,7 +61,7 @@ class LocalKeys:
         self.chunk_size, self.offset = chunk_size, offset
         self.size = len(next(iter(keys.values()))) if keys else 0
         if device.type == "cpu" and dtype == torch.float32:
-            cpu_blas.blas()  # measured once per process: at start-up, not in the first search
+            cpu_blas.choices()  # measured once per process: at start-up, not in a first search
 
     @property
     def dim(self) -> int:

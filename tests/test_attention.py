@@ -85,12 +85,14 @@ def test_weights_and_topk_match_float64(B: int, N: int, d: int, k: int, chunk: i
     assert torch.all(att.weights[:, :-1] >= att.weights[:, 1:])
 
 
+@pytest.mark.parametrize("B", [3, 70])
 @pytest.mark.parametrize("backend", ["mkl", "openblas"])
-def test_either_cpu_blas_gives_the_float64_answer(backend: cpu_blas.Blas) -> None:
-    """Both products the process may pick (models/cpu_blas.py), on the ranker's (d, N) layout,
-    with a chunk that leaves ragged edges: same top-k, weights and log-sum-exp as float64, and
-    the same weights whatever the chunking (its edges change how a BLAS sums)."""
-    q, keys = unit(3, 384, seed=11), unit(5000, 384, seed=12)
+def test_either_cpu_blas_gives_the_float64_answer(backend: cpu_blas.Blas, B: int) -> None:
+    """Both products the process may pick (models/cpu_blas.py), for a small batch and a large
+    one, on the ranker's (d, N) layout, with a chunk that leaves ragged edges: same top-k,
+    weights and log-sum-exp as float64, and the same weights whatever the chunking (its edges
+    change how a BLAS sums)."""
+    q, keys = unit(B, 384, seed=11), unit(5000, 384, seed=12)
     streamed = keys.T.contiguous().T  # (N, d) view of (d, N) memory, as the ranker holds keys
     cpu_blas.set_blas(backend)
     try:
@@ -100,6 +102,19 @@ def test_either_cpu_blas_gives_the_float64_answer(backend: cpu_blas.Blas) -> Non
         cpu_blas.set_blas(None)
     assert_same_attention(att, reference_attention(q, keys, k=10, scale=20.0))
     torch.testing.assert_close(att.weights, whole.weights, rtol=2e-7, atol=1e-12)
+
+
+def test_each_batch_size_has_a_blas_of_its_own() -> None:
+    """The process measures a BLAS per class of batch size (B < 4, < 64, the rest), not once
+    for all: which BLAS is faster changes with B on one CPU."""
+    assert [cpu_blas.class_of(B) for B in (1, 3, 4, 63, 64, 4096)] == [1, 1, 16, 16, 256, 256]
+    assert set(cpu_blas.choices()) == set(cpu_blas.CLASSES)
+    assert set(cpu_blas.choices().values()) <= {"mkl", "openblas"}
+    cpu_blas.set_blas("openblas")
+    try:
+        assert cpu_blas.choices() == dict.fromkeys(cpu_blas.CLASSES, "openblas")
+    finally:
+        cpu_blas.set_blas(None)
 
 
 @pytest.mark.parametrize("scale", [20.0, 60.0, 400.0])
