@@ -252,21 +252,28 @@ def serve_demo_with(folder: Path, extra: list[dict[str, object]]) -> Iterator[Te
 def index_demo_with(folder: Path, extra: list[dict[str, object]]) -> str:
     """The URL of a SQLite database in `folder` holding the demo catalog and `extra`, indexed
     with the real packaged model."""
-    from indexer import pipeline
     from indexer.data import DEMO_CATALOG
-    from indexer.settings import IndexSettings
-    from service.engine.startup import build_encoder
 
     catalog = write_jsonl(folder / "books.jsonl", extra)
     catalog.write_text(DEMO_CATALOG.read_text(encoding="utf-8") + catalog.read_text())
     url = f"sqlite:///{folder / 'attend.db'}"
+    index_with_model(url, catalog)
+    return url
+
+
+def index_with_model(url: str, catalog: Path) -> None:
+    """Run `attend index`'s pipeline on `catalog` into the database at `url`, with the real
+    packaged model and the indexer's default settings."""
+    from indexer import pipeline
+    from indexer.settings import IndexSettings
+    from service.engine.startup import build_encoder
+
     settings = IndexSettings(database_url=url)
     engine = db.create_db_engine(url)
     try:
         pipeline.run(settings, engine=engine, encoder=build_encoder(settings), path=catalog)
     finally:
         engine.dispose()
-    return url
 
 
 def index_demo_catalog(url: str) -> None:

@@ -13,24 +13,13 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from indexer import db, pipeline
+from conftest import index_with_model
 from indexer.data import DEMO_CATALOG
-from indexer.settings import IndexSettings
 from service.api.main import create_app
 from service.config.settings import ServiceSettings
 from service.engine.served_index import ServedIndex
-from service.engine.startup import build_encoder
 
 QUERIES = ["tolkien", "a dragon and a wizard", "python machine learning", "harry potter", "war"]
-
-
-def _index(url: str, catalog: Path) -> None:
-    settings = IndexSettings(database_url=url)
-    engine = db.create_db_engine(url)
-    try:
-        pipeline.run(settings, engine=engine, encoder=build_encoder(settings), path=catalog)
-    finally:
-        engine.dispose()
 
 
 def _edited(books: list[dict[str, object]]) -> list[dict[str, object]]:
@@ -83,13 +72,13 @@ def test_a_swap_answers_as_a_fresh_start(tmp_path: Path, caplog: pytest.LogCaptu
     url = f"sqlite:///{tmp_path / 'attend.db'}"
     first = tmp_path / "books.jsonl"
     first.write_text("".join(json.dumps(b) + "\n" for b in books), encoding="utf-8")
-    _index(url, first)
+    index_with_model(url, first)
     settings = ServiceSettings(database_url=url, device="cpu", generation_poll_s=0)
     ids = [str(books[0]["id"]), str(books[14]["id"]), "new-dragons", "new-rivers"]
     with TestClient(create_app(settings)) as swapped:
         second = tmp_path / "edited.jsonl"
         second.write_text("".join(json.dumps(b) + "\n" for b in _edited(books)), encoding="utf-8")
-        _index(url, second)
+        index_with_model(url, second)
         with caplog.at_level(logging.INFO, logger="service.engine"):
             assert swapped.app.state.watcher.check()  # type: ignore[attr-defined]
         # the swap made its BM25 indexes from the previous generation's, tokenizing 28 books
