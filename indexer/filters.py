@@ -49,8 +49,18 @@ class FilterColumns:
         self._year = torch.tensor(
             [math.nan if y is None else y for y in books.years], dtype=torch.float64
         )  # (N,)
-        self._language = [(lang or "").casefold() for lang in books.languages]
-        self._author = ["\n".join(a).casefold() for a in books.authors]
+        # one string per distinct value, not one per book (60 and 80 bytes a book): a catalog
+        # has a few languages, and many books share their authors
+        languages: dict[str | None, str] = {}
+        self._language = [
+            languages.get(lang) or languages.setdefault(lang, (lang or "").casefold())
+            for lang in books.languages
+        ]
+        authors: dict[tuple[str, ...], str] = {}
+        self._author = [
+            authors.get(key := tuple(a)) or authors.setdefault(key, "\n".join(a).casefold())
+            for a in books.authors
+        ]
         self._rows = {book_id: i for i, book_id in enumerate(books.ids)}
         self._masks: OrderedDict[Filters, Tensor] = OrderedDict()
         self._masks_lock = threading.Lock()  # the searcher's worker and the routes' threads

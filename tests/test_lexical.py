@@ -108,3 +108,30 @@ def test_books_as_queries_do_not_depend_on_the_hash_seed() -> None:
         for seed in (0, 1, 2, 3)
     }
     assert len(digests) == 1
+
+
+def test_chunked_builds_and_scores_read_per_posting_list_are_the_whole_builds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The texts are tokenized a chunk at a time and the search index's scores computed as a
+    query reads a posting list: the same bytes as one chunk and the matrix held whole."""
+    from service.engine import lexical
+
+    books = list(read_catalog(DEMO_CATALOG))
+    documents = [book_document(b.title, b.authors, b.description) for b in books]
+    texts = [f"{b.title}. {b.description or ''}" for b in books]
+    queries = ["Tolkien", "a novel about a whale", "deep learning with pytorch", "war and peace"]
+    rows = list(range(len(books)))
+    whole = LexicalIndex(documents), lexical.LikeThisIndex(texts)
+    monkeypatch.setattr(lexical, "TOKENIZE_CHUNK", 7)  # a word new to each chunk counts
+    chunked = LexicalIndex(iter(documents), len(documents)), lexical.LikeThisIndex(texts)
+    assert whole[0].postings.terms == chunked[0].postings.terms
+    assert whole[0].scores(queries).tobytes() == chunked[0].scores(queries).tobytes()
+    assert whole[1].scores(rows).tobytes() == chunked[1].scores(rows).tobytes()
+    lazy = whole[0]._bm25.scores["data"]
+    held = lazy[0 : len(lazy)]  # every posting list at once: the matrix built whole
+    indptr = whole[0].postings.indptr
+    for t in (0, 1, len(indptr) // 2, len(indptr) - 2):
+        assert (
+            lazy[indptr[t] : indptr[t + 1]].tobytes() == held[indptr[t] : indptr[t + 1]].tobytes()
+        )

@@ -12,12 +12,16 @@ every book (document frequencies, the average length), are then computed for all
 The scores are bm25s's "lucene" BM25 (its default, what both indexes used) in its arithmetic:
 idf in Python floats rounded to float32, tf / (k1 · (1 − b + b · len / avg) + tf) in float64,
 their product rounded once to float32; tests/test_lexical.py holds the two to the same bytes.
+The search index computes them a posting list at a time as a query reads it (`TermScores`: a
+query reads a few lists; the matrix held whole was 4 bytes an entry), the more-like-this index,
+whose queries read most of its lists, holds them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import bm25s
@@ -35,20 +39,29 @@ class RowMoves:
 
 
 @dataclass(frozen=True)
+class RowTokens:
+    """The tokens of the rows a `Postings` was given, as term ids of those postings: row i's
+    are ids[starts[i] : starts[i + 1]] with starts the running sum of `sizes`."""
+
+    ids: np.ndarray  # (Σ tokens,) int32
+    sizes: np.ndarray  # (R,) int64 tokens of each row given
+
+
+@dataclass(frozen=True)
 class Postings:
     """Each term's rows with its count there (CSC), each row's length, and the terms."""
 
     terms: list[str]  # term id → term
     indptr: np.ndarray  # (V + 1,) int64: term t's entries are [indptr[t], indptr[t + 1])
     rows: np.ndarray  # (nnz,) int32, ascending within a term
-    counts: np.ndarray  # (nnz,) uint16 (int32 past 65,535) occurrences of the term in the row
-    lengths: np.ndarray  # (N,) int64 tokens of each row
+    counts: np.ndarray  # (nnz,) uint8 (uint16 past 255, int32 past 65,535) the term's count there
+    lengths: np.ndarray  # (N,) int32 tokens of each row
 
     @classmethod
-    def of(cls, tokens: Sequence[Sequence[str]]) -> Postings:
-        """The postings of rows whose tokens are `tokens` (repeats counted)."""
+    def of(cls, tokens: Iterable[Sequence[str]], n: int) -> tuple[Postings, RowTokens]:
+        """The postings of `n` rows whose tokens are `tokens` (repeats counted; an iterable,
+        so a caller may tokenize a chunk at a time), and those tokens as its term ids."""
         none = np.zeros(0, np.int64)
-        n = len(tokens)
         return _build(
             [],
             none,
@@ -56,16 +69,16 @@ class Postings:
             none,
             tokens=tokens,
             token_rows=np.arange(n),
-            lengths=np.zeros(n, np.int64),
+            lengths=np.zeros(n, np.int32),
         )
 
-    def moved(self, moves: RowMoves, tokens: Sequence[Sequence[str]]) -> Postings:
+    def moved(self, moves: RowMoves, tokens: Iterable[Sequence[str]]) -> tuple[Postings, RowTokens]:
         """The postings of the next generation: these rows moved by `moves`, the changed
-        rows holding `tokens` (in `moves.changed` order)."""
+        rows holding `tokens` (in `moves.changed` order), and those tokens as its term ids."""
         term = np.repeat(np.arange(len(self.terms), dtype=np.int64), np.diff(self.indptr))
         rows = moves.new_row[self.rows]  # (nnz,) −1 for a row gone
         kept = rows >= 0
-        lengths = np.zeros(moves.size, np.int64)
+        lengths = np.zeros(moves.size, np.int32)
         stay = moves.new_row >= 0
         lengths[moves.new_row[stay]] = self.lengths[stay]
         counts = self.counts[kept]
@@ -89,15 +102,18 @@ def _build(
     rows: np.ndarray,
     counts: np.ndarray,
     *,
-    tokens: Sequence[Sequence[str]],
+    tokens: Iterable[Sequence[str]],
     token_rows: np.ndarray,
     lengths: np.ndarray,
-) -> Postings:
+) -> tuple[Postings, RowTokens]:
     """Postings of the entries (term, row, count) given and of the rows `token_rows` holding
-    `tokens` (their lengths written into `lengths`, (N,)); terms no row holds are dropped."""
+    `tokens` (their lengths written into `lengths`, (N,)), and those tokens as its term ids;
+    terms no row holds are dropped."""
     ids = {t: i for i, t in enumerate(terms)}
     vocab = list(terms)
-    flat: list[int] = []
+    # 4 bytes a token, not a list of int objects (36): a start's 100,000 books hold ~10M
+    flat = array("i")
+    sizes = array("q")
     for doc in tokens:  # the one loop over tokens: only the changed rows' at a swap
         for t in doc:
             i = ids.get(t)
@@ -105,11 +121,14 @@ def _build(
                 i = ids[t] = len(vocab)
                 vocab.append(t)
             flat.append(i)
-    sizes = np.fromiter((len(doc) for doc in tokens), np.int64, len(tokens))
-    lengths[token_rows] = sizes
+        sizes.append(len(doc))
+    del ids
+    given = np.frombuffer(flat, np.int32) if len(flat) else np.zeros(0, np.int32)
+    row_sizes = np.frombuffer(sizes, np.int64) if len(sizes) else np.zeros(0, np.int64)
+    lengths[token_rows] = row_sizes
     n, v = len(lengths), len(vocab)
     # (term, row) pairs of the new tokens, counted: one int64 key term · N + row each
-    new_keys = np.asarray(flat, np.int64) * n + np.repeat(np.asarray(token_rows, np.int64), sizes)
+    new_keys = given.astype(np.int64) * n + np.repeat(np.asarray(token_rows, np.int64), row_sizes)
     new_keys, new_counts = np.unique(new_keys, return_counts=True)
     keys = np.concatenate([term * n + rows, new_keys])
     all_counts = np.concatenate([counts.astype(np.int64), new_counts])
@@ -120,18 +139,63 @@ def _build(
     used = df > 0
     indptr = np.zeros(int(used.sum()) + 1, np.int64)
     np.cumsum(df[used], out=indptr[1:])
-    count_type = np.uint16 if not len(all_counts) or all_counts.max() < 1 << 16 else np.int32
-    return Postings(
+    del keys, order
+    top = int(all_counts.max()) if len(all_counts) else 0
+    count_type = np.uint8 if top < 1 << 8 else np.uint16 if top < 1 << 16 else np.int32
+    renumber = (np.cumsum(used) - 1).astype(np.int32)  # a term's id once the unused are gone
+    postings = Postings(
         terms=[t for t, u in zip(vocab, used, strict=True) if u],
         indptr=indptr,
         rows=row_of.astype(np.int32),
         counts=all_counts.astype(count_type),
         lengths=lengths,
     )
+    return postings, RowTokens(renumber[given], row_sizes.copy())
 
 
-def lucene_bm25(postings: Postings, *, k1: float = 1.5, b: float = 0.75) -> bm25s.BM25:
-    """A bm25s index (queried with its own `get_scores`) holding the postings' scores."""
+class TermScores:
+    """The score matrix's data, (nnz,) float32 in the postings' order, computed a slice at a
+    time as bm25s reads it: `data[start:end]`, one query term's posting list. Held whole it was
+    4 bytes an entry (37 MiB of the two indexes at 100,000 books), for the few posting lists a
+    query reads. Entry by entry the arithmetic of the matrix built whole, so the same bytes:
+    idf[term] · (tf / (norm[row] + tf)) in float64, rounded once to float32."""
+
+    def __init__(self, postings: Postings, idf: np.ndarray, norm: np.ndarray):
+        """`idf`: (V,) float32; `norm`: (N,) float64 k1 · ((1 − b) + b · len / avg)."""
+        self._indptr, self._rows, self._counts = postings.indptr, postings.rows, postings.counts
+        self._idf, self._norm = idf, norm
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, span: slice) -> np.ndarray:
+        start, stop, step = span.indices(len(self._rows))
+        if step != 1:
+            raise IndexError("TermScores are read in posting lists: data[start:end]")
+        if stop <= start:
+            return np.zeros(0, np.float32)
+        # the terms of entries [start, stop): one for a posting list, as bm25s asks
+        first = int(np.searchsorted(self._indptr, start, side="right")) - 1
+        if stop <= self._indptr[first + 1]:  # one term's: its idf, broadcast
+            idf = self._idf[first : first + 1]
+        else:
+            last = int(np.searchsorted(self._indptr, stop - 1, side="right")) - 1
+            bounds = np.clip(self._indptr[first : last + 2], start, stop)
+            idf = np.repeat(self._idf[first : last + 1], np.diff(bounds))  # (stop − start,)
+        tf = self._counts[start:stop].astype(np.float32)
+        out: np.ndarray = (idf * (tf / (self._norm[self._rows[start:stop]] + tf))).astype(
+            np.float32
+        )
+        return out
+
+
+def lucene_bm25(
+    postings: Postings, *, held: bool = False, k1: float = 1.5, b: float = 0.75
+) -> bm25s.BM25:
+    """A bm25s index (queried with its own `get_scores`) over the postings' scores: each
+    computed when a query reads it (`TermScores`), or all at once and held (`held`: for the
+    more-like-this index, whose queries, a book's every word, read long posting lists; computed
+    as they read them, its scores of a book took 3.8× as long at 30,000 books)."""
     n = len(postings.lengths)
     df = np.diff(postings.indptr)
     # idf as bm25s computes it, in Python floats, one log per distinct document frequency
@@ -140,18 +204,16 @@ def lucene_bm25(postings: Postings, *, k1: float = 1.5, b: float = 0.75) -> bm25
         [math.log(1 + (n - int(d) + 0.5) / (int(d) + 0.5)) for d in distinct], dtype=np.float32
     )
     idf = idf_of[which]  # (V,) float32
-    data = np.zeros(0, np.float32)
+    norm = np.zeros(n, np.float64)
     if len(postings.rows):  # some row has a word (none: bm25s divided by a length of 0)
         avg = postings.lengths.mean()  # float64, as bm25s's np.array([...]).mean()
         # k1 · ((1 − b) + b · len / avg) per row, in float64 as bm25s's scalars make it
         norm = k1 * ((1 - b) + (b * postings.lengths.astype(np.float64)) / avg)
-        tf = postings.counts.astype(np.float32)
-        term = np.repeat(np.arange(len(df)), df)
-        data = (idf[term] * (tf / (norm[postings.rows] + tf))).astype(np.float32)
+    data = TermScores(postings, idf, norm)
     index = bm25s.BM25(k1=k1, b=b)
     index.nonoccurrence_array = None  # Lucene's BM25 has none
     index.scores = {
-        "data": data,
+        "data": data[:] if held else data,
         "indices": postings.rows,
         "indptr": postings.indptr,
         "num_docs": n,

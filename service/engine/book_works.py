@@ -16,6 +16,8 @@ load; a ranking gives a work one slot, its best edition, and lists the others un
 from __future__ import annotations
 
 import re
+from array import array
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 AuthorKey = tuple[str, ...]  # a name's folded words (service/engine/catalog_names.py fold)
@@ -30,13 +32,15 @@ def principal_authors(
     """Each row's principal authors, from every row's credited names in order and each name's
     rows."""
     out: list[tuple[AuthorKey, ...]] = []
+    one: dict[tuple[AuthorKey, ...], tuple[AuthorKey, ...]] = {}  # one tuple per distinct one
     for keys in row_authors:
-        if not keys:
-            out.append(())
+        if len(keys) < 2:  # a row's one name is its principal author: its own tuple
+            out.append(tuple(keys))
             continue
         first = set(author_rows[keys[0]])
         co = [k for k in keys[1:] if 2 * len(first.intersection(author_rows[k])) > len(first)]
-        out.append((keys[0], *co))
+        principal = (keys[0], *co)
+        out.append(one.setdefault(principal, principal))
     return out
 
 
@@ -71,14 +75,19 @@ class Works:
             for key in keys:
                 other = first_of.setdefault(key, row)
                 parent[find(row)] = find(other)
-        self.work = [find(r) for r in range(n)]  # a work's id: one of its rows
+        # a work's id (one of its rows) by row: 4 bytes a row, not a list of int objects
+        self.work = array("i", (find(r) for r in range(n)))
+        # the works of two or more editions only: most books are their work's one edition
+        # (a list each of those was 170 bytes a book)
+        many = {w for w, count in Counter(self.work).items() if count > 1}
         self._editions: dict[int, list[int]] = {}
         for row, work in enumerate(self.work):
-            self._editions.setdefault(work, []).append(row)
+            if work in many:
+                self._editions.setdefault(work, []).append(row)
 
     def editions(self, row: int) -> list[int]:
         """The other editions of the row's work, in catalog order."""
-        return [r for r in self._editions[self.work[row]] if r != row]
+        return [r for r in self._editions.get(self.work[row], ()) if r != row]
 
     def one_slot(self, rows: Iterable[int]) -> list[tuple[int, list[int]]]:
         """Ranked rows (best first) → one entry a work: its best-ranked row and the work's

@@ -124,22 +124,30 @@ class CatalogNames:
         self._author_rows: dict[tuple[str, ...], list[int]] = {}
         self._display: dict[tuple[str, ...], str] = {}
         self._row_authors: list[tuple[tuple[str, ...], ...]] = []
+        # one tuple object per distinct name and per distinct tuple of a row's names: each
+        # row's own folded copies cost ~340 bytes a book (32 MiB at 100,000 books)
+        one_key: dict[tuple[str, ...], tuple[str, ...]] = {}
+        row_keys: dict[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]] = {}
         for row, names in enumerate(authors):
             keys: list[tuple[str, ...]] = []
             for name in names:
                 key = tuple(fold(name))[:MAX_NAME_TOKENS]
                 if key and key not in keys and key not in _NOT_AUTHORS:
+                    key = one_key.setdefault(key, key)
                     keys.append(key)
                     self._author_rows.setdefault(key, []).append(row)
                     self._display.setdefault(key, name)
-            self._row_authors.append(tuple(keys))
+            self._row_authors.append(row_keys.setdefault(tuple(keys), tuple(keys)))
+        del one_key, row_keys
         self.principal = principal_authors(self._row_authors, self._author_rows)
         self._principal_rows: dict[tuple[str, ...], list[int]] = {}
         for row, principal in enumerate(self.principal):
             for key in principal:
                 self._principal_rows.setdefault(key, []).append(row)
         self.works = Works(titles, self.principal, descriptions, fold)
-        self._row_series = [series_keys(t) for t in titles]
+        one_series: dict[tuple[str, ...], tuple[str, ...]] = {}  # one object each, as above
+        self._row_series = [one_series.setdefault(k, k) for k in map(series_keys, titles)]
+        del one_series
         self._series_rows: dict[str, list[int]] = {}
         for row, series in enumerate(self._row_series):
             for one in series:
@@ -160,10 +168,13 @@ class CatalogNames:
             surnames.setdefault(surname(core), set()).add(key)
         self._surnames = self._name_like(surnames, titles, descriptions)
         self._tokens = {t for key in self._author_rows for t in key if len(t) >= FUZZY_MIN_LENGTH}
-        self._deletions: dict[str, set[str]] = {}
+        deleted: dict[str, set[str]] = {}
         for t in self._tokens:
             for d in deletions(t):
-                self._deletions.setdefault(d, set()).add(t)
+                deleted.setdefault(d, set()).add(t)
+        # tuples, not sets (48 bytes for one word, not 216): only ever iterated
+        self._deletions = {d: tuple(sorted(ts)) for d, ts in deleted.items()}
+        del deleted
 
     def _name_like(
         self,

@@ -22,10 +22,11 @@ description's 25 terms of highest tf · idf that were the query before.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import bm25s
 import numpy as np
@@ -33,9 +34,13 @@ import Stemmer
 from bm25s.tokenization import Tokenizer
 
 from models.text import normalize_text
-from service.engine.bm25_postings import Postings, RowMoves, lucene_bm25
+from service.engine.bm25_postings import Postings, RowMoves, RowTokens, lucene_bm25
 
 logger = logging.getLogger(__name__)
+# Texts are tokenized this many at a time and their words numbered at once: the words of
+# every book at once, as str objects, were ~300 MiB at 100,000 books, and the heap they left
+# behind stayed in the process's resident memory.
+TOKENIZE_CHUNK = 4096
 
 
 def book_document(title: str, authors: Sequence[str], description: str | None) -> str:
@@ -44,52 +49,65 @@ def book_document(title: str, authors: Sequence[str], description: str | None) -
     return "\n".join(part for part in (title, title, names, names, description or "") if part)
 
 
-def _search_tokens(documents: Sequence[str]) -> list[list[str]]:
-    """The search documents' terms: English stop words dropped, Snowball-stemmed."""
-    if not documents:
-        return []
+def _chunks(texts: Iterable[str]) -> Iterator[list[str]]:
+    """The texts normalized, TOKENIZE_CHUNK at a time."""
+    it = iter(texts)
+    while chunk := [normalize_text(t) for t in itertools.islice(it, TOKENIZE_CHUNK)]:
+        yield chunk
+
+
+def _search_tokens(documents: Iterable[str]) -> Iterator[list[str]]:
+    """The search documents' terms, a document at a time (tokenized a chunk at a time):
+    English stop words dropped, Snowball-stemmed."""
     tokenizer = Tokenizer(stopwords="en", stemmer=Stemmer.Stemmer("english"))
-    tokens: list[list[str]] = tokenizer.tokenize(
-        [normalize_text(d) for d in documents], return_as="string", show_progress=False
-    )
-    return tokens
+    for chunk in _chunks(documents):
+        # update_vocab: by default ("if_empty") the chunks after the first would lose every
+        # word the first did not have
+        tokens: list[list[str]] = tokenizer.tokenize(
+            chunk, update_vocab=True, return_as="string", show_progress=False
+        )
+        yield from tokens
 
 
-def _like_this_tokens(texts: Sequence[str]) -> list[list[str]]:
-    """The more-like-this texts' words: English stop words dropped, not stemmed."""
-    if not texts:
-        return []
-    tokens: list[list[str]] = bm25s.tokenize(
-        [normalize_text(t) for t in texts], stopwords="en", return_ids=False, show_progress=False
-    )
-    return tokens
+def _like_this_tokens(texts: Iterable[str]) -> Iterator[list[str]]:
+    """The more-like-this texts' words, a text at a time: English stop words dropped, not
+    stemmed."""
+    for chunk in _chunks(texts):
+        tokens: list[list[str]] = bm25s.tokenize(
+            chunk, stopwords="en", return_ids=False, show_progress=False
+        )
+        yield from tokens
 
 
 class LexicalIndex:
     """BM25 scores of a query for every book, rows aligned with the served index's."""
 
-    def __init__(self, documents: Sequence[str]):
-        """BM25 over `documents`."""
+    def __init__(self, documents: Iterable[str], n: int | None = None):
+        """BM25 over the `n` `documents` (an iterable of them, read a chunk at a time; n
+        None: a list, all of it)."""
         t0 = time.perf_counter()
-        self._build(Postings.of(_search_tokens(documents)))
+        if n is None:
+            documents = list(documents)
+            n = len(documents)
+        self._build(Postings.of(_search_tokens(documents), n)[0])
         logger.info(
             "built the BM25 index of %d books in %.2f s", self.size, time.perf_counter() - t0
         )
 
     @classmethod
     def following(
-        cls, previous: LexicalIndex, moves: RowMoves, documents: Sequence[str]
+        cls, previous: LexicalIndex, moves: RowMoves, documents: Iterable[str]
     ) -> LexicalIndex:
         """The index of the next generation: `previous`'s rows moved by `moves`, the changed
         rows' `documents` (in `moves.changed` order) tokenized; the same index as one built
         whole (tests/test_incremental_swap.py)."""
         t0 = time.perf_counter()
         index = cls.__new__(cls)
-        index._build(previous.postings.moved(moves, _search_tokens(documents)))
+        index._build(previous.postings.moved(moves, _search_tokens(documents))[0])
         logger.info(
             "built the BM25 index of %d books (%d changed) in %.2f s",
             index.size,
-            len(documents),
+            len(moves.changed),
             time.perf_counter() - t0,
         )
         return index
@@ -155,13 +173,16 @@ class LikeThisIndex:
     rows aligned with the served index's."""
 
     _starts: np.ndarray  # (N + 1,) int64 where each book's tokens start in _tokens
-    _tokens: np.ndarray  # (Σ tokens,) int32 each book's own words, its query
+    _tokens: np.ndarray  # (Σ tokens,) uint16 (int32 past 65,536 terms) each book's own words
 
-    def __init__(self, texts: Sequence[str]):
-        """`texts`: each book's "<title>. <description>" (its title alone without one)."""
+    def __init__(self, texts: Iterable[str], n: int | None = None):
+        """`texts`: each of the `n` books' "<title>. <description>" (its title alone without
+        one), an iterable read a chunk at a time (n None: a list, all of it)."""
         t0 = time.perf_counter()
-        tokens = _like_this_tokens(texts)
-        self._build(Postings.of(tokens), tokens, None)
+        if n is None:
+            texts = list(texts)
+            n = len(texts)
+        self._build(*Postings.of(_like_this_tokens(texts), n), None)
         logger.info(
             "built the more-like-this BM25 of %d books in %.2f s",
             self.size,
@@ -170,17 +191,16 @@ class LikeThisIndex:
 
     @classmethod
     def following(
-        cls, previous: LikeThisIndex, moves: RowMoves, texts: Sequence[str]
+        cls, previous: LikeThisIndex, moves: RowMoves, texts: Iterable[str]
     ) -> LikeThisIndex:
         """The index of the next generation, as `LexicalIndex.following` makes it."""
         t0 = time.perf_counter()
-        tokens = _like_this_tokens(texts)
         index = cls.__new__(cls)
-        index._build(previous.postings.moved(moves, tokens), tokens, (previous, moves))
+        index._build(*previous.postings.moved(moves, _like_this_tokens(texts)), (previous, moves))
         logger.info(
             "built the more-like-this BM25 of %d books (%d changed) in %.2f s",
             index.size,
-            len(texts),
+            len(moves.changed),
             time.perf_counter() - t0,
         )
         return index
@@ -188,20 +208,19 @@ class LikeThisIndex:
     def _build(
         self,
         postings: Postings,
-        tokens: Sequence[Sequence[str]],
+        own: RowTokens,
         previous: tuple[LikeThisIndex, RowMoves] | None,
     ) -> None:
-        """`tokens`: every row's (previous None), or the changed rows' (the rest are the
+        """`own`: every row's tokens (previous None), or the changed rows' (the rest are the
         previous index's, renumbered to these postings' term ids)."""
         self.postings = postings
         self.size = len(postings.lengths)
-        self._bm25 = lucene_bm25(postings)
+        self._bm25 = lucene_bm25(postings, held=True)
         ids = self._bm25.vocab_dict
         # each book's query, its own tokens: (Σ tokens,) int32 and where each book's starts
-        own = [np.fromiter((ids[t] for t in doc), np.int32, len(doc)) for doc in tokens]
         if previous is None:
-            lengths = np.array([len(t) for t in own], np.int64)
-            flat = np.concatenate(own) if own else np.zeros(0, np.int32)
+            lengths = own.sizes
+            flat = own.ids
         else:
             before, moves = previous
             stay = moves.new_row >= 0
@@ -209,7 +228,7 @@ class LikeThisIndex:
             source[moves.new_row[stay]] = np.flatnonzero(stay)
             lengths = np.zeros(self.size, np.int64)
             lengths[source >= 0] = np.diff(before._starts)[source[source >= 0]]
-            lengths[moves.changed] = [len(t) for t in own]
+            lengths[moves.changed] = own.sizes
             starts = np.concatenate([[0], np.cumsum(lengths)])
             row = np.repeat(np.arange(self.size), lengths)  # (Σ tokens,) each token's row
             src = before._starts[source[row].clip(0)] + np.arange(len(row)) - starts[row]
@@ -218,10 +237,10 @@ class LikeThisIndex:
             renumber = np.array([ids.get(t, -1) for t in before.postings.terms], np.int32)
             flat = np.zeros(len(row), np.int32)
             flat[moved] = renumber[before._tokens[src[moved]]]
-            if own:
-                flat[~moved] = np.concatenate(own)
+            flat[~moved] = own.ids
         self._starts = np.concatenate([[0], np.cumsum(lengths)])
-        self._tokens = flat
+        # 2 bytes a token while the term ids fit (200 bytes a book before, at 100,000 books)
+        self._tokens = flat.astype(np.uint16) if len(postings.terms) <= 1 << 16 else flat
 
     def scores(self, rows: Sequence[int]) -> np.ndarray:
         """(R, N) float32 BM25 scores of each book's text (zeros for a book without a word)."""

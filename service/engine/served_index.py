@@ -10,7 +10,7 @@ reaches through the same interface.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -56,26 +56,29 @@ class KeyStore(Protocol):
 def lexical_index(books: BookColumns, descriptions: Sequence[str | None] | None) -> LexicalIndex:
     """The lexical head's BM25 over the books' title, authors and (row-aligned `descriptions`,
     when given) description."""
-    return LexicalIndex(_documents(books, descriptions))
+    return LexicalIndex(_documents(books, descriptions), len(books))
 
 
 def like_this_index(books: BookColumns, descriptions: Sequence[str | None] | None) -> LikeThisIndex:
     """The lexical head of a book as the query: BM25 over "<title>. <description>"."""
-    return LikeThisIndex(_like_this_texts(books, descriptions))
+    return LikeThisIndex(_like_this_texts(books, descriptions), len(books))
 
 
-def _documents(books: BookColumns, descriptions: Sequence[str | None] | None) -> list[str]:
-    return [
+# generators: the BM25 builds read them a chunk at a time, so no list of every book's text
+def _documents(books: BookColumns, descriptions: Sequence[str | None] | None) -> Iterator[str]:
+    return (
         book_document(title, authors, descriptions[i] if descriptions else None)
         for i, (title, authors) in enumerate(zip(books.titles, books.authors, strict=True))
-    ]
+    )
 
 
-def _like_this_texts(books: BookColumns, descriptions: Sequence[str | None] | None) -> list[str]:
-    return [
+def _like_this_texts(
+    books: BookColumns, descriptions: Sequence[str | None] | None
+) -> Iterator[str]:
+    return (
         f"{title}. {d}" if (d := descriptions[i] if descriptions else None) else title
         for i, title in enumerate(books.titles)
-    ]
+    )
 
 
 def row_moves(before: Sequence[str], diff: IndexDiff, after: Sequence[str]) -> RowMoves:
