@@ -32,14 +32,7 @@ if __package__ in (None, ""):  # run by path as a child (`run_child`): the check
     sys.path[0] = os.getcwd()
 
 from benchmarks._common import log, out, table  # noqa: E402
-
-
-def rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+from benchmarks.memory import rss_mib  # noqa: E402
 
 
 class Sizes:

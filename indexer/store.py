@@ -9,6 +9,7 @@ The keys loaded into arrays are indexer/loaded_index.py. Writes live in `indexer
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, Table, and_, func, or_, select
@@ -66,21 +67,36 @@ def book_descriptions(
 
 # the metadata fields a catalog's subject headings, genres or tags come under (CSV or JSONL)
 SUBJECT_FIELDS = ("subjects", "subject", "genres", "genre", "tags", "categories")
+# the metadata fields of how many readers rated a book (Goodreads' `ratings_count`)
+RATINGS_FIELDS = ("ratings_count", "num_ratings", "rating_count", "number_of_ratings")
 
 
-def book_subjects(
+@dataclass(frozen=True)
+class BookExtras:
+    """What the service reads of the books' metadata, each list in the order of the ids asked."""
+
+    subjects: list[tuple[str, ...]]  # their subject headings, () for a book without any
+    rating_counts: list[int | None]  # how many readers rated them, None where not known
+
+
+def book_extras(
     *, session: Session, book_ids: Sequence[str], generation: int | None = None
-) -> list[tuple[str, ...]]:
-    """The subject headings (or genres, tags: `SUBJECT_FIELDS`, the first a book has) of
-    `book_ids` in `generation` (default: the active one), in their order: a list of strings,
-    or one string of `;`-separated headings. () for a book without any."""
+) -> BookExtras:
+    """The subject headings (or genres, tags: `SUBJECT_FIELDS`, the first a book has: a list
+    of strings, or one string of `;`-separated headings) and the readers' rating counts (the
+    first of `RATINGS_FIELDS`: a non-negative integer, or its digits as text) of `book_ids` in
+    `generation` (default: the active one), from one read of their metadata."""
     if generation is None:
         generation = active_generation_id(session=session)
     if generation is None:
-        return [()] * len(book_ids)
+        return BookExtras([()] * len(book_ids), [None] * len(book_ids))
     stmt = select(Book.id, Book.extra).where(visible_at(generation))
-    found = {book_id: _subjects(extra or {}) for book_id, extra in session.execute(stmt)}
-    return [found.get(book_id, ()) for book_id in book_ids]
+    found = {
+        book_id: (_subjects(extra or {}), _rating_count(extra or {}))
+        for book_id, extra in session.execute(stmt)
+    }
+    got = [found.get(book_id, ((), None)) for book_id in book_ids]
+    return BookExtras([g[0] for g in got], [g[1] for g in got])
 
 
 def _subjects(extra: dict[str, Any]) -> tuple[str, ...]:
@@ -93,25 +109,6 @@ def _subjects(extra: dict[str, Any]) -> tuple[str, ...]:
             if found:
                 return found
     return ()
-
-
-# the metadata fields of how many readers rated a book (Goodreads' `ratings_count`)
-RATINGS_FIELDS = ("ratings_count", "num_ratings", "rating_count", "number_of_ratings")
-
-
-def book_rating_counts(
-    *, session: Session, book_ids: Sequence[str], generation: int | None = None
-) -> list[int | None]:
-    """How many readers rated each of `book_ids` in `generation` (default: the active one), in
-    their order: the first of `RATINGS_FIELDS` a book has, a non-negative integer (or its
-    digits as text); None for a book without one."""
-    if generation is None:
-        generation = active_generation_id(session=session)
-    if generation is None:
-        return [None] * len(book_ids)
-    stmt = select(Book.id, Book.extra).where(visible_at(generation))
-    found = {book_id: _rating_count(extra or {}) for book_id, extra in session.execute(stmt)}
-    return [found.get(book_id) for book_id in book_ids]
 
 
 def _rating_count(extra: dict[str, Any]) -> int | None:

@@ -127,14 +127,13 @@ def build_served(
     if follows is not None:
         previous, diff = follows
         moves = (previous, row_moves(previous.books.ids, diff, ids))
+    extras = store.book_extras(session=session, book_ids=ids, generation=generation)
     served = ServedIndex(
         index,
         placement.keys(index),
         descriptions=store.book_descriptions(session=session, book_ids=ids, generation=generation),
-        subjects=store.book_subjects(session=session, book_ids=ids, generation=generation),
-        rating_counts=store.book_rating_counts(
-            session=session, book_ids=ids, generation=generation
-        ),
+        subjects=extras.subjects,
+        rating_counts=extras.rating_counts,
         follows=moves,
     )
     logger.info(
