@@ -43,7 +43,7 @@ class LoadedIndex:
         return len(self.books)
 
     @property
-    def ids(self) -> list[str]:
+    def ids(self) -> Sequence[str]:
         return self.books.ids
 
 
@@ -99,7 +99,7 @@ def apply_diff(index: LoadedIndex, diff: IndexDiff) -> LoadedIndex:
     drop = set(diff.removed) | set(diff.added.ids)
     keep = np.array([i for i, book in enumerate(index.ids) if book not in drop], dtype=np.int64)
     add = diff.added
-    ids = [index.ids[i] for i in keep] + add.ids
+    ids = [index.ids[i] for i in keep] + list(add.ids)
     order = np.array(sorted(range(len(ids)), key=ids.__getitem__), dtype=np.int64)
 
     def merged(old: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -219,18 +219,28 @@ def _read_books(session: Session, stmt: Select[Any], slots: int) -> tuple[BookCo
 
     The rows a chunk at a time, each chunk's columns kept and its Row objects freed: all
     100,000 at once left ~60 MiB of heap behind them in the resident memory, between the
-    strings kept. One object per distinct name, year and language, not one per book (each
-    row's are its own, decoded from the database: 190 bytes a book of authors' names)."""
+    strings kept. One object per distinct name, year, language and authors' credit, not one
+    per book (each row's are its own, decoded from the database: 190 bytes a book of authors'
+    names, and ~100 of its list of them); the ids and titles end as `TextColumn`s."""
     one: dict[object, Any] = {}
-    books = BookColumns(ids=[], titles=[], authors=[], years=[], languages=[])
+    ids: list[str] = []
+    titles: list[str] = []
+    authors: list[list[str]] = []
+    years: list[int | None] = []
+    languages: list[str | None] = []
     linked: list[np.ndarray] = []  # each part's (R, slots) vector ids
     for part in session.execute(stmt.execution_options(yield_per=_ROW_CHUNK)).partitions():
         for r in part:
-            books.ids.append(r[0])
-            books.titles.append(r[1])
-            books.authors.append([one.setdefault(a, a) for a in r[2] or ()])
-            books.years.append(one.setdefault(r[3], r[3]))
-            books.languages.append(one.setdefault(r[4], r[4]))
+            ids.append(r[0])
+            titles.append(r[1])
+            # one list per distinct authors' credit, shared by the books it credits: nothing
+            # mutates a book's authors (a response copies them)
+            names = tuple(one.setdefault(a, a) for a in r[2] or ())
+            authors.append(one.setdefault(("authors", names), list(names)))
+            years.append(one.setdefault(r[3], r[3]))
+            languages.append(one.setdefault(r[4], r[4]))
         linked.append(np.array([r[5:] for r in part], dtype=np.int64).reshape(-1, slots))
     vector_ids = np.concatenate(linked) if linked else np.zeros((0, slots), np.int64)
+    books = BookColumns(ids=ids, titles=titles, authors=authors, years=years, languages=languages)
+    del ids, titles  # their str objects go now: the columns hold the text
     return books, vector_ids

@@ -1,0 +1,123 @@
+"""A column of strings held as one UTF-8 buffer and its offsets, and a lookup of a row by value.
+
+A list of a million str objects costs ~50 bytes of object header a string past its text, and
+a dict from a million ids to their rows ~60 bytes an entry more (its slots, a Python int per
+row). The served index keeps its books' ids and titles as `TextColumn`s (the text, plus 8 bytes
+a row) and finds an id's row by `RowLookup` (12 bytes a row): a string is decoded when a
+response asks for it, a few per result.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import pairwise
+from typing import overload
+
+import numpy as np
+
+
+class TextColumn(Sequence[str]):
+    """An immutable sequence of strings: row i is `blob[starts[i]:starts[i + 1]]`, decoded."""
+
+    __slots__ = ("_blob", "_starts")
+
+    def __init__(self, blob: bytes, starts: array[int]) -> None:
+        """`starts`: (n + 1) offsets into `blob`, the first 0 and the last len(blob)."""
+        self._blob = blob
+        self._starts = starts
+
+    @classmethod
+    def of(cls, strings: Iterable[str]) -> TextColumn:
+        if isinstance(strings, TextColumn):
+            return strings
+        encoded = [s.encode() for s in strings]
+        starts = array("q", [0])
+        total = 0
+        for e in encoded:
+            total += len(e)
+            starts.append(total)
+        return cls(b"".join(encoded), starts)
+
+    def __len__(self) -> int:
+        return len(self._starts) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> TextColumn: ...
+
+    def __getitem__(self, i: int | slice) -> str | TextColumn:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return TextColumn.of([self[j] for j in range(start, stop, step)])
+            stop = max(start, stop)
+            a, b = self._starts[start], self._starts[stop]
+            rebased = array("q", (s - a for s in self._starts[start : stop + 1]))
+            return TextColumn(self._blob[a:b], rebased)
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"row {i} of a column of {n}")
+        return self._blob[self._starts[i] : self._starts[i + 1]].decode()
+
+    def __iter__(self) -> Iterator[str]:
+        blob, starts = self._blob, self._starts
+        for a, b in pairwise(starts):
+            yield blob[a:b].decode()
+
+    def __add__(self, other: Sequence[str]) -> TextColumn:
+        """These rows, then `other`'s."""
+        other = TextColumn.of(other)
+        shift = len(self._blob)
+        starts = array("q", self._starts)
+        starts.extend(s + shift for s in other._starts[1:])
+        return TextColumn(self._blob + other._blob, starts)
+
+    def __radd__(self, other: Sequence[str]) -> TextColumn:
+        """`other`'s rows, then these."""
+        return TextColumn.of(other) + self
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TextColumn):
+            return self._blob == other._blob and self._starts == other._starts
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, so unhashable as they are
+
+    def __repr__(self) -> str:
+        return f"TextColumn({len(self)} rows, {len(self._blob)} bytes)"
+
+    @property
+    def nbytes(self) -> int:
+        """The column's own bytes: its text and offsets."""
+        return len(self._blob) + self._starts.itemsize * len(self._starts)
+
+
+class RowLookup:
+    """The row of a value among `values`, by a sorted array of the values' hashes: 12 bytes a
+    row, where a dict took ~60. Equal hashes (collisions) are told apart by the values
+    themselves. Where a value repeats, the first row of it is found (the served index's ids are
+    unique)."""
+
+    def __init__(self, values: Sequence[str]) -> None:
+        hashes = np.fromiter((hash(v) for v in values), dtype=np.int64, count=len(values))
+        self._order = np.argsort(hashes, kind="stable").astype(np.int32)  # (N,) rows by hash
+        self._hashes = hashes[self._order]  # (N,) sorted
+        self._values = values
+
+    def get(self, value: str) -> int | None:
+        h = hash(value)
+        at = int(np.searchsorted(self._hashes, h))
+        hashes, order, n = self._hashes, self._order, len(self._hashes)
+        while at < n and hashes[at] == h:
+            row = int(order[at])
+            if self._values[row] == value:
+                return row
+            at += 1
+        return None
