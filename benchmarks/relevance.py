@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
         if kind == "recommend":
             liked = pairs(catalog)
             qs: list[Judged] = list(liked)
-            rankings = recommend_rankings(index, settings.similar, base, liked)
-            served = served_recommend(index, settings.similar, base, liked)
+            rankings = recommend_rankings(index, settings.recommend, base, liked)
+            served = served_recommend(index, settings.recommend, base, liked)
             _as_served(figures, works, [p.liked for p in liked], served)
         elif kind == "topical_dev":
             qs = topical_dev(args.topical_dev, row_of)

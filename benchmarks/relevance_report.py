@@ -45,7 +45,8 @@ def report(settings: ServiceSettings, f: Figures) -> str:
     lines = [
         f"Relevance on {f.size} books: {', '.join(counts)} queries",
         f"attend: search heads {settings.heads} (scales {settings.head_scales}); "
-        f"similar heads {settings.similar_heads} (scales {settings.similar_head_scales})",
+        f"similar heads {settings.similar_heads} (scales {settings.similar_head_scales}); "
+        f"recommend heads {settings.recommend_heads}",
     ]
     for start in range(0, len(kinds), PER_LINE):
         block = kinds[start : start + PER_LINE]
@@ -175,6 +176,7 @@ def as_json(settings: ServiceSettings, f: Figures) -> dict[str, object]:
             "head_scales": settings.head_scales,
             "similar_heads": settings.similar_heads,
             "similar_head_scales": settings.similar_head_scales,
+            "recommend_heads": settings.recommend_heads,
         },
         "queries": f.counts,
         "means": {k: {r: s.means() for r, s in rows.items()} for k, rows in f.table.items()},

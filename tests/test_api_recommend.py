@@ -205,6 +205,28 @@ def test_recommend_says_which_book_and_head_each_share_came_from(series: TestCli
     assert by_id["gods"]["because"][0]["id"] == "mort"  # the series mate: from Mort
 
 
+def test_two_liked_books_ask_with_the_recommend_heads_one_with_the_similar_heads(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """ATTEND_RECOMMEND_HEADS weighs the heads of two or more liked books asking together; one
+    liked book asks as its similar books do; a request's own heads override both."""
+    with serve_books(
+        engine, tmp_path, SERIES, similar_heads="title:1,lexical:1", recommend_heads="description:1"
+    ) as c:
+        pair = c.post("/recommend", json={"liked": ["mort", "tortoise"], "k": 3}).json()
+        assert {h for h, info in pair["heads"].items() if info["weight"] > 0} == {"description"}
+        for hit in pair["results"]:
+            assert math.isclose(sum(b["share"] for b in hit["because"]), 1.0, abs_tol=1e-9)
+        one = c.post("/recommend", json={"liked": ["mort", "mort"], "k": 3}).json()
+        assert {h for h, info in one["heads"].items() if info["weight"] > 0} <= {"title", "lexical"}
+        similar = c.get("/books/mort/similar", params={"k": 3}).json()
+        assert one["heads"] == similar["heads"]
+        asked = c.post(
+            "/recommend", json={"liked": ["mort", "tortoise"], "k": 3, "heads": "title:1"}
+        ).json()
+        assert {h for h, info in asked["heads"].items() if info["weight"] > 0} == {"title"}
+
+
 @pytest.mark.parametrize("heads", ["nope:1", "title:0", "title:x", "title:-1"])
 def test_similar_and_recommend_refuse_bad_heads(series: TestClient, heads: str) -> None:
     r = series.get("/books/mort/similar", params={"heads": heads})

@@ -56,6 +56,7 @@ def test_defaults_are_safe(workdir: Path) -> None:
         ("ATTEND_LOG_JSON", "perhaps"),
         ("ATTEND_HEADS", "title:0"),
         ("ATTEND_SIMILAR_HEADS", "writer:1"),
+        ("ATTEND_RECOMMEND_HEADS", "lexical:-1"),
         ("ATTEND_HEAD_SCALES", "title:19,description:25"),  # every head needs its scale
         ("ATTEND_HEAD_SCALES", "title:0,description:25,lexical:1"),
         ("ATTEND_SIMILAR_HEAD_SCALES", "title:19,description:nan,lexical:1"),
@@ -86,6 +87,7 @@ def test_head_scales_reach_the_search_and_similar(
         "subjects": 6.0,
     }
     assert settings.similar.weights == {"title": 0.25, "lexical": 0.75}
+    assert settings.recommend.scales == settings.similar.scales  # the same heads, other weights
     assert settings.similar.scales == {
         "title": 19.0,
         "description": 25.0,

@@ -90,8 +90,8 @@ async def take_book_query_turn(
 async def check_recommend_budget(body: RecommendRequest, settings: SettingsDep) -> None:
     """422 for a recommend request over ATTEND_BOOK_QUERY_BUDGET (liked books × k × heads).
     The body is the route's own (FastAPI parses it once for both)."""
-    weights = body.head_weights() or settings.similar.weights
     liked = len(dict.fromkeys(body.liked))  # as ranked: repeats count once
+    weights = body.head_weights() or (settings.recommend if liked > 1 else settings.similar).weights
     check_budget(liked=liked, k=body.k, heads=len(weights), budget=settings.book_query_budget)
 
 

@@ -162,6 +162,7 @@ def create_app(
                 explainer=Explainer(searcher.encoder, scale=settings.scale),
                 database=engine,
                 book_heads=settings.similar,
+                taste_heads=settings.recommend,
             )
             freeze_long_lived()
             try:

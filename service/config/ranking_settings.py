@@ -1,5 +1,6 @@
 """The ranking's settings of the service: the heads a search and a book as the query use, their
-scales, how a book's heads are fused and ordered (ATTEND_HEADS … ATTEND_SIMILAR_DIVERSITY).
+scales, how a book's heads are fused and ordered (ATTEND_HEADS … ATTEND_SIMILAR_DIVERSITY,
+ATTEND_RECOMMEND_HEADS).
 `ServiceSettings` (service/config/settings.py) inherits them, one class per runnable as before."""
 
 from __future__ import annotations
@@ -42,6 +43,16 @@ class RankingSettings(BaseSettings):
         "author's books, and a standalone book its topical neighbours. Chosen on the suite's "
         "series, topical and recommend queries.",
     )
+    recommend_heads: str = Field(
+        "title:0.05,description:0.2,lexical:0.05,author:0.6,series:2,subjects:0.2",
+        description="Default head weights of a recommendation for two or more liked books, "
+        "which ask as one taste (one liked book asks with ATTEND_SIMILAR_HEADS). As "
+        "ATTEND_SIMILAR_HEADS but for the lexical head: the liked books' texts in one BM25 "
+        "query find the books that share many words with any one of them, where a reader of "
+        "both wants what they have in common (on the suite's 100 pairs BM25 alone scores 0.044 "
+        "against a dense mean's 0.064, while for one book as the query it is level with the "
+        "description head).",
+    )
     similar_head_scales: str = Field(
         "title:19,description:25,lexical:0.9,author:5,series:2,subjects:10",
         description="Each head's softmax scale with a book as the query: its p_h in a response, "
@@ -78,7 +89,7 @@ class RankingSettings(BaseSettings):
         "still its own.",
     )
 
-    @field_validator("heads", "similar_heads")
+    @field_validator("heads", "similar_heads", "recommend_heads")
     @classmethod
     def _valid_heads(cls, value: str) -> str:
         parse_heads(value)
@@ -103,9 +114,18 @@ class RankingSettings(BaseSettings):
 
     @cached_property
     def similar(self) -> BookHeads:
-        """Similar books' and recommendations' default head weights and scales."""
+        """Similar books' (and one liked book's recommendations') default head weights and
+        scales."""
+        return self._book_heads(self.similar_heads)
+
+    @cached_property
+    def recommend(self) -> BookHeads:
+        """The default heads of a recommendation for two or more liked books."""
+        return self._book_heads(self.recommend_heads)
+
+    def _book_heads(self, weights: str) -> BookHeads:
         return BookHeads(
-            parse_heads(self.similar_heads),
+            parse_heads(weights),
             parse_scales(self.similar_head_scales),
             self.similar_fusion,
             self.similar_readers if self.similar_fusion == "rank" else 0.0,

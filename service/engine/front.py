@@ -34,15 +34,23 @@ from service.engine.tickets import SearchOptions
 
 class Front:
     """Search, similar books, recommendations, explanations and book reads over the served
-    index. `book_heads`: the default heads of a book as the query (parsed once, at start)."""
+    index. `book_heads`: the default heads of a book as the query, `taste_heads` those of two
+    or more liked books asking together (parsed once, at start; the book heads if None)."""
 
     def __init__(
-        self, *, searcher: Searcher, explainer: Explainer, database: Engine, book_heads: BookHeads
+        self,
+        *,
+        searcher: Searcher,
+        explainer: Explainer,
+        database: Engine,
+        book_heads: BookHeads,
+        taste_heads: BookHeads | None = None,
     ):
         self.searcher = searcher
         self.explainer = explainer
         self.database = database
         self.book_heads = book_heads
+        self.taste_heads = taste_heads or book_heads
 
     @property
     def index(self) -> ServedIndex:
@@ -69,7 +77,8 @@ class Front:
         heads: dict[str, float] | None,
         own_authors: int = book_ranking.OWN_AUTHORS,
     ) -> Recommendations:
-        index, asked = self.index, self._heads(heads)
+        default = self.taste_heads if len(set(liked)) > 1 else self.book_heads
+        index, asked = self.index, self._heads(heads, default)
         return await self.searcher.call(
             lambda: book_ranking.recommend(
                 index, liked, disliked, k=k, heads=asked, own_authors=own_authors
@@ -105,18 +114,13 @@ class Front:
             fields = BookFields(b.id, b.title, b.authors, b.year, b.language)
             return BookRecord(fields, b.description, b.extra)
 
-    def _heads(self, heads: dict[str, float] | None) -> BookHeads:
-        """The request's head weights (default: ATTEND_SIMILAR_HEADS) with the service's
-        scales."""
+    def _heads(self, heads: dict[str, float] | None, default: BookHeads | None = None) -> BookHeads:
+        """The request's head weights (without them: `default`, else ATTEND_SIMILAR_HEADS) with
+        the service's scales."""
+        default = default or self.book_heads
         if not heads:
-            return self.book_heads
-        return BookHeads(
-            heads,
-            self.book_heads.scales,
-            self.book_heads.fusion,
-            self.book_heads.readers,
-            self.book_heads.diversity,
-        )
+            return default
+        return BookHeads(heads, default.scales, default.fusion, default.readers, default.diversity)
 
 
 @contextmanager
