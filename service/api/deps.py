@@ -18,6 +18,7 @@ from service.api.admission import Turns, check_budget
 from service.api.book_schemas import RecommendRequest
 from service.api.error_handlers import AdminAuthError
 from service.api.metrics import Metrics
+from service.config.head_weights import recommend_heads
 from service.config.settings import ServiceSettings
 from service.engine.front import Front
 from service.engine.readiness import Readiness
@@ -91,7 +92,8 @@ async def check_recommend_budget(body: RecommendRequest, settings: SettingsDep) 
     """422 for a recommend request over ATTEND_BOOK_QUERY_BUDGET (liked books × k × heads).
     The body is the route's own (FastAPI parses it once for both)."""
     liked = len(dict.fromkeys(body.liked))  # as ranked: repeats count once
-    weights = body.head_weights() or (settings.recommend if liked > 1 else settings.similar).weights
+    default = recommend_heads(settings.similar, settings.recommend, liked)
+    weights = body.head_weights() or default.weights
     check_budget(liked=liked, k=body.k, heads=len(weights), budget=settings.book_query_budget)
 
 

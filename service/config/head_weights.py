@@ -119,3 +119,9 @@ class BookHeads:
     readers: float = 0.0
     # λ of the results' maximal marginal relevance over their description keys (1: none)
     diversity: float = 1.0
+
+
+def recommend_heads(single: BookHeads, taste: BookHeads, liked: int) -> BookHeads:
+    """A recommendation's default heads for `liked` distinct liked books: `taste`
+    (ATTEND_RECOMMEND_HEADS) when two or more ask together, else `single` (ATTEND_SIMILAR_HEADS)."""
+    return taste if liked > 1 else single

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from indexer import db, store
 from indexer.book_columns import BookFields
-from service.config.head_weights import BookHeads
+from service.config.head_weights import BookHeads, recommend_heads
 from service.engine import book_ranking
 from service.engine.database_errors import Reporter
 from service.engine.exceptions import BookNotFoundError, NotReadyError
@@ -77,7 +77,7 @@ class Front:
         heads: dict[str, float] | None,
         own_authors: int = book_ranking.OWN_AUTHORS,
     ) -> Recommendations:
-        default = self.taste_heads if len(set(liked)) > 1 else self.book_heads
+        default = recommend_heads(self.book_heads, self.taste_heads, len(dict.fromkeys(liked)))
         index, asked = self.index, self._heads(heads, default)
         return await self.searcher.call(
             lambda: book_ranking.recommend(
