@@ -9,16 +9,18 @@ as the real model's, so the server encodes queries with the real model): the ind
 books/s with the stand-in's own time taken out (what the pipeline costs beside an encoder),
 beside the real encoder's books/s on the same books (its ceiling); then `attend serve` on the
 index: the time from start to ready, its resident memory over the keys' own bytes, GET /search
-p50/p99 under `wrk` at 1 and 32 connections (unique queries), GET /books/{id}/similar and POST
-/recommend p50 one at a time; then a re-index that changes 1% of the descriptions and the swap
-to that generation (the server's log: diff folded, BM25 and topic terms rebuilt), with the BM25
-builds at start and at the swap. Steps that grow faster than N show as a per-book cost that
-rises along the column.
+p50/p99 under `wrk` at 1 and 32 connections (unique queries; the 32 for at least five times 32
+searches at one connection's p50, so that whole batches finish in the cell), GET
+/books/{id}/similar and POST /recommend p50 one at a time; then a re-index that changes 1% of
+the descriptions and the swap to that generation (the server's log: the diff folded in, the
+search and more-like-this BM25 indexes rebuilt), with the BM25 builds at start and at the
+swap. Steps that grow faster than N show as a per-book cost that rises along the column.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import statistics
@@ -165,7 +167,13 @@ def serve_and_measure(
         queries = unique_queries()
         search = {}
         for c in (1, 32):
-            (row,) = wrk_cells({"http": server}, [c], seconds, queries)  # type: ignore[dict-item]
+            # long enough for a few batches of c at one client's latency: at 1M books a batch
+            # of 32 outlasts 4 s, and wrk counts no request still in flight when it stops
+            # (whole seconds: wrk reads no fraction there)
+            cell_s = (
+                seconds if c == 1 else max(seconds, math.ceil(5 * c * search[1]["p50_ms"] / 1000))
+            )
+            (row,) = wrk_cells({"http": server}, [c], cell_s, queries)  # type: ignore[dict-item]
             search[c] = row
         ids = [f"syn-{(i * 7919) % n:07d}" for i in range(20)]
         with httpx.Client(base_url=server.base, timeout=120) as client:

@@ -54,8 +54,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from sqlalchemy.orm import Session
-
 from benchmarks.relevance_authors import AuthorQuery, author_queries, checks, trap_queries
 from benchmarks.relevance_books import Catalog, audited, junk, pairs, topical
 from benchmarks.relevance_genre import genre_queries
@@ -65,7 +63,6 @@ from benchmarks.relevance_labels import (
     Judged,
     bootstrap,
     judged_queries,
-    load_books,
     score,
 )
 from benchmarks.relevance_queries import NONSENSE
@@ -84,33 +81,17 @@ from benchmarks.relevance_rank import (
 )
 from benchmarks.relevance_reader import FILE, ReaderBaselines, binary_ndcg, topical_dev
 from benchmarks.relevance_report import Figures, as_json, report
+from benchmarks.relevance_served import ROOT, SHARED, serve, suite_arguments
 from benchmarks.relevance_works import Works
-from indexer import db, pipeline, store
-from indexer.settings import IndexSettings
 from models.keys import LocalKeys
-from service.config.settings import ServiceSettings
 from service.engine.served_index import RANK_FIELD
-from service.engine.startup import build_encoder, build_searcher
 from service.engine.tickets import SearchOptions
 
-__all__ = ["SHARED", "Baselines", "ensure_index", "main", "rrf", "top"]  # relevance_tune's
+__all__ = ["Baselines", "main", "rrf", "top"]  # relevance_tune's
 
 logger = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
 ALL_KINDS = (*KINDS, "genre", "topical", "topical_dev", "recommend", "authors", "traps", "junk")
-
-
-def ensure_index(database_url: str, catalog: Path) -> None:
-    engine = db.create_db_engine(database_url)
-    db.upgrade(engine)
-    with Session(engine) as session:
-        empty = store.count_books(session=session) == 0
-    if empty:
-        settings = IndexSettings(database_url=database_url)
-        pipeline.run(settings, engine=engine, encoder=build_encoder(settings), path=catalog)
-    engine.dispose()
 
 
 def _kinds(value: str) -> list[str]:
@@ -123,9 +104,7 @@ def _kinds(value: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", default="sqlite:///benchmarks/results/books.db")
-    parser.add_argument("--catalog", type=Path, default=SHARED / "books.jsonl")
-    parser.add_argument("--subjects", type=Path, default=SHARED / "subject_queries.jsonl")
+    suite_arguments(parser)
     parser.add_argument("--topical-dev", type=Path, default=SHARED / FILE)
     parser.add_argument("--kinds", type=_kinds, default=list(ALL_KINDS), help="comma-separated")
     parser.add_argument("--json", type=Path, help="also write every figure here")
@@ -135,13 +114,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
     results.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
 
-    ensure_index(args.database_url, args.catalog)
-    settings = ServiceSettings(database_url=args.database_url, device="cpu")
-    engine = db.create_db_engine(args.database_url)
-    searcher = build_searcher(settings, engine=engine)
+    served = serve(args.database_url, args.catalog)
+    settings, searcher, books = served.settings, served.searcher, served.books
     index = searcher.index
-    by_id = {b.id: b for b in load_books(args.catalog)}
-    books = [by_id[i] for i in index.books.ids]
     row_of = {b.id: i for i, b in enumerate(books)}
     base = Baselines(books, searcher.encoder, results)
     assert isinstance(index.keys, LocalKeys)  # the suite runs in one process
@@ -199,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
             ]
             for name, qs in (("labelled", labelled), ("nonsense", NONSENSE))
         }
-    engine.dispose()
+    served.engine.dispose()
     _intervals(figures)
     sys.stdout.write(report(settings, figures) + f"\n({time.perf_counter() - t0:.0f} s)\n")
     if args.json:

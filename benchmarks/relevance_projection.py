@@ -19,17 +19,14 @@ import argparse
 import logging
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from benchmarks.relevance import SHARED, ensure_index, top
+from benchmarks.relevance import top
 from benchmarks.relevance_authors import author_queries
-from benchmarks.relevance_labels import judged_queries, load_books, score
-from indexer import db
-from service.config.settings import ServiceSettings
-from service.engine.startup import build_searcher
+from benchmarks.relevance_labels import judged_queries, score
+from benchmarks.relevance_served import serve, suite_arguments
 
 logger = logging.getLogger(__name__)
 KINDS = ("names", "subjects", "intents", "authors")
@@ -64,20 +61,15 @@ def recall_at_1(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", default="sqlite:///benchmarks/results/books.db")
-    parser.add_argument("--catalog", type=Path, default=SHARED / "books.jsonl")
-    parser.add_argument("--subjects", type=Path, default=SHARED / "subject_queries.jsonl")
+    suite_arguments(parser)
     parser.add_argument("--epochs", type=int, default=10)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    ensure_index(args.database_url, args.catalog)
-    settings = ServiceSettings(database_url=args.database_url, device="cpu")
-    searcher = build_searcher(settings, engine=db.create_db_engine(args.database_url))
+    served = serve(args.database_url, args.catalog)
+    searcher, books = served.searcher, served.books
     index = searcher.index
     host = index.keys.key_rows(list(range(len(index))), ["title", "description"])  # (2, N, dim)
     t, d = host[0], host[1]
-    by_id = {b.id: b for b in load_books(args.catalog)}
-    books = [by_id[i] for i in index.books.ids]
     queries = judged_queries(books, args.subjects) + [j for _, j in author_queries(books)]
 
     held = torch.randperm(len(t), generator=torch.Generator().manual_seed(1))[: len(t) // 10]

@@ -27,14 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.relevance import SHARED, Baselines, ensure_index, rrf, top
-from benchmarks.relevance_labels import Judged, judged_queries, load_books, score
-from indexer import db
+from benchmarks.relevance import Baselines, rrf, top
+from benchmarks.relevance_labels import Judged, judged_queries, score
+from benchmarks.relevance_served import serve, suite_arguments
 from models.keys import LocalKeys
 from service.config.head_weights import HEADS, LEXICAL
-from service.config.settings import ServiceSettings
 from service.engine import book_ranking
-from service.engine.startup import build_searcher
 
 SEARCH_KINDS = ("names", "subjects", "intents")
 Scores = dict[str, np.ndarray]  # head → (Q, N) raw scores (q·k, or BM25)
@@ -98,9 +96,7 @@ def grid(step: float) -> list[dict[str, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", default="sqlite:///benchmarks/results/books.db")
-    parser.add_argument("--catalog", type=Path, default=SHARED / "books.jsonl")
-    parser.add_argument("--subjects", type=Path, default=SHARED / "subject_queries.jsonl")
+    suite_arguments(parser)
     parser.add_argument("--target", type=float, default=4.0, help="mean entropy, nats")
     parser.add_argument("--step", type=float, default=0.1, help="the search π grid's step")
     parser.add_argument(
@@ -109,13 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", type=int, default=12, help="grid points listed")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    ensure_index(args.database_url, args.catalog)
-    settings = ServiceSettings(database_url=args.database_url, device="cpu")
-    searcher = build_searcher(settings, engine=db.create_db_engine(args.database_url))
+    served = serve(args.database_url, args.catalog)
+    searcher, books = served.searcher, served.books
     index = searcher.index
     ids = index.books.ids
-    by_id = {b.id: b for b in load_books(args.catalog)}
-    books = [by_id[i] for i in ids]
     queries = judged_queries(books, args.subjects)
     assert isinstance(index.keys, LocalKeys)  # the keys in this process
     keys = index.keys.host()  # field → (N, d) float32

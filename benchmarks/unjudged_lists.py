@@ -22,14 +22,10 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks._common import out
-from benchmarks.relevance import SHARED, ensure_index
 from benchmarks.relevance_books import Catalog, audited, topical
-from benchmarks.relevance_labels import load_books
 from benchmarks.relevance_reader import FILE
-from indexer import db
-from service.config.settings import ServiceSettings
+from benchmarks.relevance_served import SHARED, serve, suite_arguments
 from service.engine import book_ranking
-from service.engine.startup import build_searcher
 
 
 def _ratings(catalog: Path) -> dict[str, int]:
@@ -43,21 +39,16 @@ def _ratings(catalog: Path) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", default="sqlite:///benchmarks/results/books.db")
-    parser.add_argument("--catalog", type=Path, default=SHARED / "books.jsonl")
-    parser.add_argument("--subjects", type=Path, default=SHARED / "subject_queries.jsonl")
+    suite_arguments(parser)
     parser.add_argument("--topical-dev", type=Path, default=SHARED / FILE)
     parser.add_argument("--books", type=int, default=10)
     parser.add_argument("--pairs", type=int, default=2)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
-    ensure_index(args.database_url, args.catalog)
-    settings = ServiceSettings(database_url=args.database_url, device="cpu")
-    searcher = build_searcher(settings, engine=db.create_db_engine(args.database_url))
+    served = serve(args.database_url, args.catalog)
+    settings, searcher, books = served.settings, served.searcher, served.books
     index = searcher.index
-    by_id = {b.id: b for b in load_books(args.catalog)}
-    books = [by_id[i] for i in index.books.ids]
     catalog = Catalog(books, args.subjects)
     judged = {q.query for q in [*topical(catalog), *audited(catalog)]}
     with args.topical_dev.open(encoding="utf-8") as lines:

@@ -209,20 +209,27 @@ class LocalDenseHeads:
             stop = min(N, start + C)
             inside = (cand >= start) & (cand < stop)  # (B, C) candidates in this chunk
             at = (cand - start).clamp(0, stop - start - 1)
+            # w the mixture's probabilities, s one head's scores then its term: two (B, c) float64
+            # buffers worked in place, where an expression per head allocated five (each a page
+            # fault per 4 KiB): at N = 1M, B = 1, the sweep of 2 dense and 3 scored heads took
+            # 18-45 ms that way and 14-21 ms in place (in turns, three runs), the same bits
             w = torch.zeros(B, stop - start, dtype=torch.float64, device=device)
+            s = torch.empty_like(w)
             for h, head in enumerate(self.heads):
                 kept = self._scores[h]
                 if kept is not None:  # from the head's attend call: no second pass over its keys
-                    s = kept[:, start:stop].double()  # (B, c)
+                    s.copy_(kept[:, start:stop])  # (B, c)
                 else:
                     kc = head.keys[start:stop]
-                    s = raw_scores(head.q.to(kc.device), kc).double()  # (B, c)
+                    s.copy_(raw_scores(head.q.to(kc.device), kc))  # (B, c)
                 scores[:, :, h] = torch.where(inside, s.gather(1, at), scores[:, :, h])
-                w += pi[:, h : h + 1] * (s * head.scale - lse[:, h : h + 1]).exp()
+                w.add_(s.mul_(head.scale).sub_(lse[:, h : h + 1]).exp_().mul_(pi[:, h : h + 1]))
             for j, sh in enumerate(scored, start=Hd):
-                s = sh.scores[:, start:stop].to(device, torch.float64)
-                w += pi[:, j : j + 1] * (s * sh.scale - lse[:, j : j + 1]).exp()
+                s.copy_(sh.scores[:, start:stop])
+                w.add_(s.mul_(sh.scale).sub_(lse[:, j : j + 1]).exp_().mul_(pi[:, j : j + 1]))
             if mask is not None:
-                w = w * mask[..., start:stop]
-            total -= torch.where(w > 0, w * w.clamp_min(1e-300).log(), 0.0).sum(-1)
+                w.mul_(mask[..., start:stop])
+            # −Σ w log w over w > 0 (a fully masked row's w is inf · 0 = NaN: it adds nothing)
+            s.copy_(w).clamp_min_(1e-300).log_().mul_(w).masked_fill_(~(w > 0), 0.0)
+            total -= s.sum(-1)
         return scores.cpu(), total.cpu()

@@ -236,12 +236,12 @@ def test_similar_and_recommend_refuse_bad_heads(series: TestClient, heads: str) 
 
 
 def test_a_book_with_no_word_in_another_gets_no_lexical_part(series: TestClient) -> None:
-    """The lexical head asks with a book's topic terms (its description's words that another
-    book has), not with its title and authors: a shared name is the author head's."""
+    """The lexical head asks with a book's title and description (BM25 over every book's), not
+    with its authors: a shared name is the author head's."""
     body = series.get("/books/gods/similar", params={"heads": "description:1,lexical:1"}).json()
     assert not body["heads"]["lexical"]["abstained"]  # "tortoise", "god": in Tortoise Tales
     lonely = series.get("/books/omens/similar", params={"heads": "title:1,lexical:1"}).json()
-    # "angel", "demon", "avert", "apocalypse": in no other book; "Pratchett" is no topic term
+    # "angel", "demon", "avert", "apocalypse": in no other book; "Pratchett" is not in its text
     assert lonely["heads"]["lexical"] == {"weight": 0.0, "scale": 0.9, "abstained": True}
     assert lonely["heads"]["title"]["weight"] == 1.0
 
@@ -298,7 +298,7 @@ def test_a_book_under_subject_headings_gets_the_books_under_them(
         assert lonely["heads"]["subjects"]["abstained"]
 
 
-# Two candidates with the liked book's one topic term ("wizard") alike, one of them with the
+# Two candidates with the liked book's one shared word ("wizard") alike, one of them with the
 # disliked book's ("desert"): only the lexical dislike can tell them apart.
 LEXICAL_DISLIKE = [
     {"id": "liked", "title": "Quill", "description": "wizard dragon treasure"},

@@ -120,8 +120,9 @@ class ExplainResponse(BaseModel):
 
 _HEADS_TEXT = (
     f"Head weights, e.g. `title:0.2,description:0.2,lexical:0.6` (heads: {', '.join(HEADS)}; "
-    "the book's title key, its description key, BM25 with its description's topic terms, the "
-    "other books by its authors and the other books of its series, both by description key; "
+    "the book's title key, its description key, BM25 with its title and description as the "
+    "query, the other books by its authors and the other books of its series, both by "
+    "description key; "
     "weights ≥ 0, not all 0, normalised to sum 1; a head without evidence for the book "
     "abstains). Default: the service's ATTEND_SIMILAR_HEADS."
 )

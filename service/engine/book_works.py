@@ -29,18 +29,34 @@ MIN_SHARED_DESCRIPTION = 80  # characters: a blurb that long, word for word, is 
 def principal_authors(
     row_authors: Sequence[Sequence[AuthorKey]], author_rows: Mapping[AuthorKey, Sequence[int]]
 ) -> list[tuple[AuthorKey, ...]]:
-    """Each row's principal authors, from every row's credited names in order and each name's
-    rows."""
+    """Each row's principal authors, from every row's credited names in order (distinct within
+    a row) and each name's rows: the first name, and each other name credited on more than
+    half of the first name's rows."""
+    # The rows crediting both a first name and another, counted once over the distinct credits:
+    # intersecting the first name's rows for each of its books read a prolific author's rows
+    # again per book, O(N² / authors): on the growth benchmark's synthetic catalogs (5,117
+    # authors) 0.30 → 0.02 s at 100,000 books, 37.1 → 0.16 s at 1,000,000, the same answers.
+    credits = Counter(tuple(keys) for keys in row_authors if len(keys) >= 2)
+    firsts = {credit[0] for credit in credits}
+    both: Counter[tuple[AuthorKey, AuthorKey]] = Counter()
+    for credit, n in credits.items():
+        for a in firsts.intersection(credit):
+            for b in credit:
+                if b != a:
+                    both[a, b] += n
     out: list[tuple[AuthorKey, ...]] = []
-    one: dict[tuple[AuthorKey, ...], tuple[AuthorKey, ...]] = {}  # one tuple per distinct one
+    of: dict[tuple[AuthorKey, ...], tuple[AuthorKey, ...]] = {}  # credit → its principal, one
+    one: dict[tuple[AuthorKey, ...], tuple[AuthorKey, ...]] = {}  # tuple per distinct one
     for keys in row_authors:
         if len(keys) < 2:  # a row's one name is its principal author: its own tuple
             out.append(tuple(keys))
             continue
-        first = set(author_rows[keys[0]])
-        co = [k for k in keys[1:] if 2 * len(first.intersection(author_rows[k])) > len(first)]
-        principal = (keys[0], *co)
-        out.append(one.setdefault(principal, principal))
+        credit = tuple(keys)
+        if credit not in of:
+            first = len(author_rows[keys[0]])
+            principal = (keys[0], *(k for k in keys[1:] if 2 * both[keys[0], k] > first))
+            of[credit] = one.setdefault(principal, principal)
+        out.append(of[credit])
     return out
 
 

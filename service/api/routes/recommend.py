@@ -34,7 +34,8 @@ async def similar_books(
     book_id: str, params: Annotated[SimilarParams, Query()], front: FrontDep
 ) -> SimilarResponse:
     """The books this book's heads attend to most (the book itself left out): its title and
-    description keys, BM25 with its topic terms, and its author, series and subject mates."""
+    description keys, BM25 with its title and description as the query, and its author,
+    series and subject mates."""
     found = await front.similar(book_id, k=params.k, heads=params.head_weights())
     return similar_response(found)
 
