@@ -315,11 +315,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=6.0, help="per cell")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--profile", type=float, metavar="S", help="py-spy the server S seconds")
-    parser.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy")
+    # on PATH, else beside this Python (`.venv/bin/pip install py-spy` puts it there)
+    beside = Path(sys.executable).with_name("py-spy")
+    parser.add_argument("--py-spy", default=shutil.which("py-spy") or str(beside))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("benchmarks.ceiling needs wrk on PATH (Debian: apt-get install wrk)")
+    if args.profile and shutil.which(args.py_spy) is None:  # before the cells' minutes, not after
+        sys.exit(f"--profile needs py-spy: {args.py_spy} is not there (pip install py-spy)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     result = run(args)
     if args.json:
