@@ -44,20 +44,14 @@ def principal_authors(
             for b in credit:
                 if b != a:
                     both[a, b] += n
-    out: list[tuple[AuthorKey, ...]] = []
-    of: dict[tuple[AuthorKey, ...], tuple[AuthorKey, ...]] = {}  # credit → its principal, one
-    one: dict[tuple[AuthorKey, ...], tuple[AuthorKey, ...]] = {}  # tuple per distinct one
-    for keys in row_authors:
-        if len(keys) < 2:  # a row's one name is its principal author: its own tuple
-            out.append(tuple(keys))
-            continue
-        credit = tuple(keys)
-        if credit not in of:
-            first = len(author_rows[keys[0]])
-            principal = (keys[0], *(k for k in keys[1:] if 2 * both[keys[0], k] > first))
-            of[credit] = one.setdefault(principal, principal)
-        out.append(of[credit])
-    return out
+    of: dict[tuple[AuthorKey, ...], tuple[AuthorKey, ...]] = {}  # credit → its principal
+    one: dict[tuple[AuthorKey, ...], tuple[AuthorKey, ...]] = {}  # one tuple per distinct one
+    for credit in credits:
+        first = len(author_rows[credit[0]])
+        principal = (credit[0], *(k for k in credit[1:] if 2 * both[credit[0], k] > first))
+        of[credit] = one.setdefault(principal, principal)
+    # a row's one name is its principal author: its own tuple
+    return [of[tuple(keys)] if len(keys) >= 2 else tuple(keys) for keys in row_authors]
 
 
 class Works:
