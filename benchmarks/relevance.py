@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
     results.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
 
-    served = serve(args.database_url, args.catalog)
-    settings, searcher, books = served.settings, served.searcher, served.books
+    suite = serve(args.database_url, args.catalog)
+    settings, searcher, books = suite.settings, suite.searcher, suite.books
     index = searcher.index
     row_of = {b.id: i for i, b in enumerate(books)}
     base = Baselines(books, searcher.encoder, results)
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
             ]
             for name, qs in (("labelled", labelled), ("nonsense", NONSENSE))
         }
-    served.engine.dispose()
+    suite.engine.dispose()
     _intervals(figures)
     sys.stdout.write(report(settings, figures) + f"\n({time.perf_counter() - t0:.0f} s)\n")
     if args.json:
