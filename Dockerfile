@@ -13,14 +13,18 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /app
 # first, on its own: `pip install .` then finds torch==2.13.0 (2.13.0+cpu) already there
 RUN if [ -n "$TORCH_INDEX_URL" ]; then pip install --index-url "$TORCH_INDEX_URL" torch==2.13.0; fi
-COPY pyproject.toml README.md alembic.ini ./
+COPY pyproject.toml setup.py README.md alembic.ini ./
 COPY models ./models
 COPY indexer ./indexer
 COPY service ./service
 COPY migrations ./migrations
 ENV ATTEND_ONNX_CACHE_DIR=/opt/attend/onnx
 # Export the ONNX encoder at build time, so no container spends 10-20 s on it at start-up.
-RUN pip install . \
+# gcc for the attention core's C passes (setup.py, models/_cpu_kernels.c), removed once built
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install . \
+    && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* \
+    && (cd / && python -c "from models import cpu_kernels; assert cpu_kernels.available(), 'no C kernels'") \
     && python -c "from models.encoder import SentenceTransformerEncoder as E; E(backend='onnx', cache_dir='/opt/attend/onnx')" \
     && useradd --create-home attend
 USER attend

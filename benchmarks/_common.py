@@ -41,6 +41,7 @@ SCALE = 20.0
 GRID_N: tuple[int, ...] = (10_000, 100_000, 1_000_000)
 GRID_B: tuple[int, ...] = (1, 16, 256)
 METHODS: tuple[str, ...] = ("attend", "attend+V", "faiss", "naive")
+TORCH_PASSES = "attend-torch"  # attend with torch's passes where the C ones would run
 
 Sync = Callable[[], None]
 
@@ -543,15 +544,17 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def cell_table(cells_: Sequence[Cell], *, with_dtype: bool = False) -> str:
     header = ["N", "B"] + (["dtype"] if with_dtype else [])
-    header += [f"{m} q/s" for m in METHODS]
-    header += ["attend/faiss", "attend+V/faiss", "naive/faiss"]
+    # benchmarks.core's attend on torch's passes, where it ran (models/cpu_kernels.py)
+    methods = METHODS + tuple(m for m in (TORCH_PASSES,) if any(m in c.methods for c in cells_))
+    header += [f"{m} q/s" for m in methods]
+    header += [f"{m}/faiss" for m in methods if m != "faiss"]
     watched = any(c.other_cores is not None for c in cells_)
     header += (["others"] if watched else []) + ["correct"]
     rows = []
     for c in cells_:
         row = [f"{c.N:,}", str(c.B)] + ([c.dtype] if with_dtype else [])
-        row += [fmt_num(c.methods[m].qps) if m in c.methods else "-" for m in METHODS]
-        row += [fmt_ratio(c.ratio(m)) for m in ("attend", "attend+V", "naive")]
+        row += [fmt_num(c.methods[m].qps) if m in c.methods else "-" for m in methods]
+        row += [fmt_ratio(c.ratio(m)) for m in methods if m != "faiss"]
         row += [f"{c.other_cores:.2f}" if c.other_cores is not None else "-"] if watched else []
         row.append(c.correct_text())
         rows.append(row)

@@ -7,7 +7,8 @@
 
 Needs FAISS: `pip install -e '.[bench]'` (with `torch==2.13.0` on the same command line).
 
-For every N × B cell (d = 384, k = 10, scale = 20), four methods answer the same B queries:
+For every N × B cell (d = 384, k = 10, scale = 20), four methods (five where the C passes are
+built) answer the same B queries:
 
 - attend:    models.attention.attend(q, keys, k=10, scale=20.0), weights only, with the keys
              laid out as the service holds them ((d, N) memory, an (N, d) view), multiplied
@@ -19,9 +20,11 @@ For every N × B cell (d = 384, k = 10, scale = 20), four methods answer the sam
              database block of --faiss-db-block keys (65,536, like attend's chunk; FAISS's
              default of 1,024 makes each GEMM tiny and was 4-10× slower at B = 256, N = 1M here)
 - naive:     torch.softmax(q @ keys.T * 20, -1).topk(10), the whole (B, N) matrix at once
+- attend-torch: attend as above with its CPU passes in torch's operations, not in C
+             (models/cpu_kernels.py), where the C ones are built: what they gain, same run
 
 Each is timed as a median over calls after one warm-up call (whose answer is checked against
-a float64 reference, see _common.py), the four methods in turns, a call of each per round, so
+a float64 reference, see _common.py), the methods in turns, a call of each per round, so
 all meet the same load from other processes; q/s = B / median seconds per call. Then the achieved
 read bandwidth of attend at B = 1 next to this machine's measured memory bandwidth, and a side
 table at the largest N: the bare matmuls `q @ keys.T` and `q @ keysT` (keys pre-transposed to a
@@ -55,6 +58,7 @@ from benchmarks._common import (
     GRID_B,
     GRID_N,
     SCALE,
+    TORCH_PASSES,
     Answer,
     Cell,
     D,
@@ -76,7 +80,7 @@ from benchmarks._common import (
     time_call,
     tolerances,
 )
-from models import cpu_blas
+from models import cpu_blas, cpu_kernels
 from models.attention import Attention, attend
 
 BYTES = 4  # float32
@@ -208,6 +212,8 @@ def run_cell(
         "faiss": (lambda: flat.search(qn), from_faiss),
         "naive": (naive, from_topk),
     }
+    if cpu_kernels.available():  # the same call on torch's passes: what the C ones gain
+        plan[TORCH_PASSES] = (lambda: torch_passes(q, served), from_attention)
     # in turns (run_in_turns), so attend and FAISS meet the same load from other processes
     methods = run_in_turns(plan, B=B, ref=ref, keys=keys, target_s=target_s, tols=tols)
     gc.collect()
@@ -219,6 +225,15 @@ def run_cell(
         )
     methods["faiss"].note = faiss_setting
     return Cell(N=N, B=B, dtype="float32", methods=methods, seconds=time.perf_counter() - t_cell)
+
+
+def torch_passes(q: Tensor, served: Tensor) -> Attention:
+    """attend with models/cpu_kernels.py's C passes disabled for the call."""
+    cpu_kernels.set_enabled(False)
+    try:
+        return attend(q, served, k=K, scale=SCALE)
+    finally:
+        cpu_kernels.set_enabled(True)
 
 
 def side_ops(
@@ -316,7 +331,7 @@ def report_text(result: dict[str, Any], cells: list[Cell]) -> None:
         f"faiss {env['faiss']} ({env['faiss_threads']} OpenMP threads), numpy {env['numpy']}; "
         f"attend's CPU product (measured per batch size): "
         + ", ".join(f"B~{b} {name}" for b, name in env["cpu_blas_by_batch"].items())
-        + "; "
+        + f"; its softmax passes and rescoring: {env['cpu_passes']}; "
         + ", ".join(f"{k}={v}" for k, v in env["thread_settings"].items())
     )
     load = ", ".join(f"{x:.2f}" for x in env["loadavg_start"])
@@ -479,6 +494,7 @@ def main(argv: list[str] | None = None) -> None:
                 "faiss_b1": faiss_b1,
                 "faiss_batched": faiss_batched,
                 "cpu_blas_by_batch": {str(b): name for b, name in cpu_blas.choices().items()},
+                "cpu_passes": cpu_kernels.describe(),
                 "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
                 "loadavg_start": load_start,
                 "loadavg_end": os.getloadavg(),

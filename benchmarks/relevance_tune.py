@@ -32,7 +32,6 @@ from benchmarks.relevance_labels import Judged, judged_queries, score
 from benchmarks.relevance_served import serve, suite_arguments
 from models.keys import LocalKeys
 from service.config.head_weights import HEADS, LEXICAL
-from service.engine import book_ranking
 
 SEARCH_KINDS = ("names", "subjects", "intents")
 Scores = dict[str, np.ndarray]  # head → (Q, N) raw scores (q·k, or BM25)
@@ -120,12 +119,12 @@ def main(argv: list[str] | None = None) -> int:
             rows = [ids.index(q.query) for q in qs]
             mask[np.arange(len(rows)), rows] = True
             s = {f: keys[f][rows] @ keys[f].T for f in keys}
-            texts = [book_ranking.book_terms(index, r) for r in rows]
+            # the lexical head as `similar` asks: the book's title and description (LikeThisIndex)
+            s[LEXICAL] = index.like_this.scores(rows)
         else:
             q = searcher.encoder.encode([x.query for x in qs]).numpy()
             s = {f: q @ keys[f].T for f in keys}
-            texts = [x.query for x in qs]
-        s[LEXICAL] = index.lexical.scores(texts)
+            s[LEXICAL] = index.lexical.scores([x.query for x in qs])
         runs[kind] = (qs, s, mask)
 
     out = [f"calibrated to a mean entropy of {args.target} nats:"]

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from models import cpu_blas
+from models import cpu_blas, cpu_kernels
 
 BLOCK = 64  # columns per block of a chunk's block-max top-k (chunk_candidates)
 # logits buffers up to 64 MiB (attend's SCORES_BUDGET of fp32) are kept for the thread's next call
@@ -40,6 +40,8 @@ def chunk_logits(
 
 def exact_scores(q: Tensor, keys: Tensor, idx: Tensor) -> Tensor:
     """q·k in float64 (B, k) for the keys idx (B, k): float32 products are exact in float64."""
+    if keys.device.type == "cpu" and keys.dtype == torch.float32 and cpu_kernels.available():
+        return cpu_kernels.exact_scores(q, keys, idx)  # the winners in column order, in C
     if keys.device.type == "cpu" and keys.dtype == torch.float32 and idx.numel() <= _NUMPY_ROWS:
         # numpy gathers and sums on the calling thread. torch's index and float64 product each
         # woke a second OpenMP thread under OMP_WAIT_POLICY=PASSIVE (80-90 µs apiece, most of

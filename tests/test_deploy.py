@@ -149,7 +149,10 @@ def test_the_cpu_image_takes_cpu_torch_and_the_gpu_one_cuda() -> None:
     pinned = re.search(r'"torch==([\d.]+)"', (ROOT / "pyproject.toml").read_text())
     assert pinned is not None
     install = text.index(f'pip install --index-url "$TORCH_INDEX_URL" torch=={pinned[1]}')
-    assert install < text.index("RUN pip install .")
+    # the package after torch, with gcc for its C passes (setup.py), checked built in the image
+    package = text.index("&& pip install .")
+    assert install < text.index("apt-get install -y --no-install-recommends gcc") < package
+    assert package < text.index("assert cpu_kernels.available()")
     base = _compose()["x-attend"]
     assert base["build"] == {"context": "."} and base["image"] == "attend:latest"
     for service in _gpu_override()["services"].values():

@@ -1,0 +1,362 @@
+/* The two passes of `attend` (models/attention.py) that torch's eager operations cannot fuse,
+ * for float32 on the CPU; models/cpu_kernels.py is the Python side and says when each is used.
+ *
+ * fold_chunk:   one read of a chunk's base-2 logits x (B, c): each row's Σ 2^x and its k
+ *               largest x (by block maxima), where torch read the chunk four times and wrote
+ *               it once (a block-max pass, exp2 in place, a scatter, a sum) and ran two top-ks.
+ * exact_scores: the winners' q·k in float64, the keys' columns taken in ascending order, so a
+ *               (d, N) layout is read row by row instead of one cache line per element.
+ *
+ * Every result is the same on every x86 CPU: no fused multiply-add (-ffp-contract=off in
+ * setup.py), fixed lanes for every sum, and the same scalar code under each target clone.
+ * The GIL is released while the kernels run; threads are plain pthreads, split by rows (or a
+ * row's blocks, or the winners), so no OpenMP runtime is loaded beside torch's.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOCK 64     /* columns per block: models/attention_chunks.py BLOCK */
+#define LANES 16     /* floats per vector: a block is 4 */
+#define MAX_THREADS 64
+#define DIMS 4 /* key rows a pass of exact_by_dims reads side by side */
+#define UNSHIFTED 64.0f /* |max x| up to this: 2^x summed as it is (models/attention.py) */
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CLONES
+#endif
+
+/* GCC's vector extensions: one AVX-512 register, two AVX2 ones, four SSE ones, by the clone */
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef double v8d __attribute__((vector_size(64)));
+#define INLINE static inline __attribute__((always_inline))
+#pragma GCC diagnostic ignored "-Wpsabi" /* inlined everywhere: no vector crosses a call */
+
+INLINE v16f pick(v16i mask, v16f a, v16f b) { return (v16f)(((v16i)a & mask) | ((v16i)b & ~mask)); }
+INLINE v16f vmax(v16f a, v16f b) { return pick(a > b, a, b); }
+
+/* 2^x for float32, Cephes' exp2f: x = r + f with r the nearest integer (rounded by adding and
+ * taking away 1.5 · 2^23) and |f| ≤ 1/2, a degree-6 polynomial for 2^f (≤ 2 ulp), times 2^r
+ * from the exponent bits. Below −126 it returns 0, and −inf gives 0. `exp2_lanes` is the same
+ * operations in the same order, 16 at a time: the same bits. */
+INLINE float exp2_poly(float x) {
+    x = x < -127.0f ? -127.0f : x;
+    x = x > 127.0f ? 127.0f : x;
+    float r = (x + 12582912.0f) - 12582912.0f;
+    float f = x - r;
+    float p = f * 1.535336188319500e-4f + 1.339887440266574e-3f;
+    p = p * f + 9.618437357674640e-3f;
+    p = p * f + 5.550332471162809e-2f;
+    p = p * f + 2.402264791363012e-1f;
+    p = p * f + 6.931472028550421e-1f;
+    p = p * f + 1.0f;
+    int32_t e = ((int32_t)r + 127) << 23; /* 0 for r = −127: 2^r flushed to 0 */
+    float scale;
+    memcpy(&scale, &e, sizeof scale);
+    return p * scale;
+}
+
+INLINE v16f exp2_lanes(v16f x) {
+    const v16f zero = {0}, lo = zero - 127.0f, hi = zero + 127.0f;
+    x = pick(x < lo, lo, x);
+    x = pick(x > hi, hi, x);
+    v16f r = (x + 12582912.0f) - 12582912.0f;
+    v16f f = x - r;
+    v16f p = f * 1.535336188319500e-4f + 1.339887440266574e-3f;
+    p = p * f + 9.618437357674640e-3f;
+    p = p * f + 5.550332471162809e-2f;
+    p = p * f + 2.402264791363012e-1f;
+    p = p * f + 6.931472028550421e-1f;
+    p = p * f + 1.0f;
+    v16i e = (__builtin_convertvector(r, v16i) + 127) << 23;
+    return p * (v16f)e;
+}
+
+/* One segment of one row: blocks [b0, b1) of x (c = whole blocks), each block's max into
+ * bmax[b], and Σ 2^(x − shift) over the segment: each term in float64 at once, in 16 fixed
+ * lanes summed in order at the end. */
+CLONES static double fold_segment(const float *x, float *bmax, int64_t b0, int64_t b1,
+                                  float shift) {
+    v8d acc0 = {0}, acc1 = {0};
+    for (int64_t b = b0; b < b1; b++) {
+        v16f v[BLOCK / LANES];
+        memcpy(v, x + b * BLOCK, sizeof v);
+        v16f m = vmax(vmax(v[0], v[1]), vmax(v[2], v[3]));
+        for (int g = 0; g < BLOCK / LANES; g++) {
+            v16f e = exp2_lanes(v[g] - shift);
+            acc0 += __builtin_convertvector(__builtin_shufflevector(e, e, 0, 1, 2, 3, 4, 5, 6, 7), v8d);
+            acc1 += __builtin_convertvector(
+                __builtin_shufflevector(e, e, 8, 9, 10, 11, 12, 13, 14, 15), v8d);
+        }
+        /* the block's max: the 16 lanes folded in halves */
+        m = vmax(m, __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+        m = vmax(m, __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+        m = vmax(m, __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+        m = vmax(m, __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+        bmax[b] = m[0];
+    }
+    double total = 0.0;
+    for (int j = 0; j < 8; j++) total += acc0[j];
+    for (int j = 0; j < 8; j++) total += acc1[j];
+    return total;
+}
+
+
+/* Run fn on `threads` jobs, the first on the calling thread, the others on threads of their own. */
+static void run_split(void *(*fn)(void *), void *jobs, size_t job_size, int threads) {
+    pthread_t ids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int t = 1; t < threads; t++)
+        started[t] = pthread_create(&ids[t], NULL, fn, (char *)jobs + t * job_size) == 0;
+    fn(jobs);
+    for (int t = 1; t < threads; t++) {
+        if (started[t]) pthread_join(ids[t], NULL);
+        else fn((char *)jobs + t * job_size); /* no thread to be had: its share runs here */
+    }
+}
+
+/* Whether (v, col) goes before (w, wcol) in a top-k list: the larger value, the lower column. */
+static inline int before(float v, int64_t col, float w, int64_t wcol) {
+    return v > w || (v == w && col < wcol);
+}
+
+/* (v, col) into vals/cols, n of at most k entries in that order, where it goes before the last
+ * (or there is room). */
+static inline void keep_top(float *vals, int64_t *cols, int64_t *n, int64_t k, float v,
+                            int64_t col) {
+    int64_t i = *n < k ? (*n)++ : k - 1;
+    for (; i > 0 && before(v, col, vals[i - 1], cols[i - 1]); i--) {
+        vals[i] = vals[i - 1];
+        cols[i] = cols[i - 1];
+    }
+    vals[i] = v;
+    cols[i] = col;
+}
+
+/* A row's k largest x, best first (the lower column first among equal values), from the k
+ * blocks with the largest maxima, which hold them all (models/attention_chunks.py
+ * chunk_candidates says why). Two floors keep the insertions few: the least of k groups'
+ * maxima is at most the k-th largest block max (k values are at least it), and the k-th
+ * largest block max at most the k-th largest x; what is below a floor is passed over. */
+static void row_top(const float *x, const float *bm, int64_t nblocks, int64_t k, float *top,
+                    int64_t *top_col) {
+    int64_t kb = k < nblocks ? k : nblocks, nb = 0, n = 0;
+    float bval[kb], floor = INFINITY;
+    int64_t blocks[kb];
+    memset(bval, 0, sizeof bval); /* read only once filled: for the compiler's sake */
+    for (int64_t g = 0; g < kb; g++) {
+        float m = -INFINITY;
+        for (int64_t b = nblocks * g / kb; b < nblocks * (g + 1) / kb; b++) m = bm[b] > m ? bm[b] : m;
+        floor = m < floor ? m : floor;
+    }
+    for (int64_t b = 0; b < nblocks; b++)
+        if (bm[b] >= floor && (nb < kb || before(bm[b], b, bval[kb - 1], blocks[kb - 1])))
+            keep_top(bval, blocks, &nb, kb, bm[b], b);
+    floor = kb == k ? bval[kb - 1] : -INFINITY;
+    for (int64_t i = 0; i < kb; i++) {
+        const float *v = x + blocks[i] * BLOCK;
+        for (int64_t j = 0; j < BLOCK; j++)
+            if (v[j] >= floor &&
+                (n < k || before(v[j], blocks[i] * BLOCK + j, top[k - 1], top_col[k - 1])))
+                keep_top(top, top_col, &n, k, v[j], blocks[i] * BLOCK + j);
+    }
+}
+
+typedef struct {
+    const float *s;
+    float *bmax, *top;
+    int64_t *top_col;
+    double *partial; /* (B · segs,) each segment's sum */
+    int64_t ld, nblocks, k, segs, first, last; /* this thread's work items [first, last) */
+} FoldJob;
+
+static void *fold_items(void *arg) {
+    FoldJob *job = (FoldJob *)arg;
+    for (int64_t item = job->first; item < job->last; item++) {
+        int64_t row = item / job->segs, seg = item % job->segs;
+        int64_t b0 = job->nblocks * seg / job->segs, b1 = job->nblocks * (seg + 1) / job->segs;
+        const float *x = job->s + row * job->ld;
+        float *bm = job->bmax + row * job->nblocks;
+        job->partial[item] = fold_segment(x, bm, b0, b1, 0.0f);
+        if (job->segs == 1) /* a whole row: its top k now, while its logits are in cache */
+            row_top(x, bm, job->nblocks, job->k, job->top + row * job->k, job->top_col + row * job->k);
+    }
+    return NULL;
+}
+
+/* fold_chunk(s, B, ld, c, k, bmax, top, top_col, rest, shift, threads)
+ *   s       float32 (B, ld), the chunk's x in its first c columns (c whole blocks, −inf past
+ *           the keys); k ≤ c
+ *   bmax    float32 (B, c / BLOCK) out: each block's max
+ *   top     float32 (B, k) out: each row's k largest x, descending; top_col int64 (B, k) their
+ *           columns (the lowest first among equal values)
+ *   rest    float64 (B,) out: Σ 2^(x − shift) over the row but its max's term
+ *   shift   float64 (B,) out: 0 where the row's max is within ±UNSHIFTED or −inf, else the max
+ */
+static PyObject *fold_chunk(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long ps, pbmax, ptop, pcol, prest, pshift;
+    Py_ssize_t B, ld, c, k;
+    int threads;
+    if (!PyArg_ParseTuple(args, "KnnnnKKKKKi", &ps, &B, &ld, &c, &k, &pbmax, &ptop, &pcol,
+                          &prest, &pshift, &threads))
+        return NULL;
+    if (c % BLOCK || c <= 0 || B <= 0 || ld < c || k < 1 || k > c) {
+        PyErr_SetString(PyExc_ValueError,
+                        "fold_chunk: need B > 0, c > 0 a whole number of blocks ≤ ld, 1 ≤ k ≤ c");
+        return NULL;
+    }
+    const float *s = (const float *)(uintptr_t)ps;
+    float *bmax = (float *)(uintptr_t)pbmax, *top = (float *)(uintptr_t)ptop;
+    double *rest = (double *)(uintptr_t)prest, *shift = (double *)(uintptr_t)pshift;
+    int64_t *top_col = (int64_t *)(uintptr_t)pcol;
+    int64_t nblocks = c / BLOCK;
+    /* a thread pays for itself past ~2^18 logits (its start costs ~20-40 µs) */
+    threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    if ((int64_t)B * c < (1 << 18)) threads = 1;
+    int64_t segs = B >= threads ? 1 : threads; /* one row over several threads: by its blocks */
+    if (segs > nblocks) segs = nblocks;
+    int64_t items = B * segs;
+    if (threads > items) threads = (int)items;
+    double *partial = malloc(sizeof(double) * items);
+    if (!partial) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS
+    FoldJob jobs[MAX_THREADS];
+    for (int t = 0; t < threads; t++)
+        jobs[t] = (FoldJob){s, bmax, top, top_col, partial, ld, nblocks, k, segs,
+                            items * t / threads, items * (t + 1) / threads};
+    run_split(fold_items, jobs, sizeof(FoldJob), threads);
+    for (int64_t row = 0; row < B; row++) {
+        const float *x = s + row * ld;
+        float *bm = bmax + row * nblocks, *t = top + row * k;
+        if (segs > 1) row_top(x, bm, nblocks, k, t, top_col + row * k);
+        float m = t[0];
+        double total = 0.0;
+        float sh = 0.0f;
+        if (m == -INFINITY || (m <= UNSHIFTED && m >= -UNSHIFTED)) {
+            for (int64_t g = 0; g < segs; g++) total += partial[row * segs + g];
+        } else { /* far from 0: summed again relative to the max (rare: |logit| > 44) */
+            sh = m;
+            total = fold_segment(x, bm, 0, nblocks, sh);
+        }
+        /* the max's own term leaves the sum: the caller adds it in float64 */
+        rest[row] = m == -INFINITY ? total : total - (double)exp2_poly(m - sh);
+        shift[row] = sh;
+    }
+    Py_END_ALLOW_THREADS
+    free(partial);
+    Py_RETURN_NONE;
+}
+
+typedef struct {
+    const float *q, *keys;
+    int by_dims; /* (d, N) keys: dimension by dimension (exact_by_dims) */
+    const int64_t *idx, *order;
+    double *out;
+    int64_t B, k, d, sn, sd, first, last; /* key n, dim j at keys[n·sn + j·sd] */
+} ExactJob;
+
+/* (d, N) memory: dimension by dimension, each a row of the keys read at ascending columns,
+ * the winners' sums side by side (in order of column). Each winner's sum runs over j in
+ * order: the same bits as key by key. Not cloned: the AVX-512 clone's gathers ran 1.15x
+ * slower than scalar loads here, and 16 winners at a time in registers 1.6x slower. */
+static void exact_by_dims(const ExactJob *job, const int64_t *restrict cols,
+                          const int64_t *restrict rows, double *restrict acc, int64_t n) {
+    const int64_t d = job->d, sd = job->sd;
+    for (int64_t p = 0; p < n; p++) acc[p] = 0.0;
+    for (int64_t j = 0; j < d; j += DIMS) { /* DIMS rows at once: a winner's column read once */
+        const int64_t dims = d - j < DIMS ? d - j : DIMS;
+        const float *restrict key = job->keys + j * sd, *restrict qj = job->q + j;
+        for (int64_t p = 0; p < n; p++) {
+            const float *kc = key + cols[p], *qb = qj + rows[p] * d;
+            double a = acc[p];
+            for (int64_t t = 0; t < dims; t++) a += (double)qb[t] * (double)kc[t * sd]; /* j in order */
+            acc[p] = a;
+        }
+    }
+}
+
+static void *exact_items(void *arg) {
+    ExactJob *job = (ExactJob *)arg;
+    const int64_t k = job->k, d = job->d, sn = job->sn, sd = job->sd;
+    int64_t n = job->last - job->first;
+    if (n <= 0) return NULL;
+    const int64_t *order = job->order + job->first;
+    if (job->by_dims) {
+        int64_t *cols = malloc(sizeof(int64_t) * 2 * n);
+        double *acc = malloc(sizeof(double) * n);
+        if (cols && acc) {
+            int64_t *rows = cols + n;
+            for (int64_t p = 0; p < n; p++) {
+                cols[p] = job->idx[order[p]];
+                rows[p] = order[p] / k;
+            }
+            exact_by_dims(job, cols, rows, acc, n);
+            for (int64_t p = 0; p < n; p++) job->out[order[p]] = acc[p];
+            free(cols);
+            free(acc);
+            return NULL;
+        }
+        free(cols);
+        free(acc); /* no memory for the side arrays: key by key below, the same sums */
+    }
+    for (int64_t p = 0; p < n; p++) {
+        int64_t w = order[p];
+        const float *key = job->keys + job->idx[w] * sn, *qb = job->q + (w / k) * d;
+        double acc = 0.0;
+        for (int64_t j = 0; j < d; j++) acc += (double)qb[j] * (double)key[j * sd];
+        job->out[w] = acc;
+    }
+    return NULL;
+}
+
+/* exact_scores(q, B, d, keys, sn, sd, idx, k, order, out, threads)
+ *   q float32 (B, d) contiguous; keys float32, key n's dim j at keys[n·sn + j·sd];
+ *   idx int64 (B, k) rows (≥ 0); order int64 (B·k,) a permutation of the winners, ascending idx;
+ *   out float64 (B, k): Σ_j q[b, j]·key[j], summed over j in order: the same bits whatever the
+ *   layout, the batch or the thread count.
+ */
+static PyObject *exact_scores(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long pq, pkeys, pidx, porder, pout;
+    Py_ssize_t B, d, sn, sd, k;
+    int threads;
+    if (!PyArg_ParseTuple(args, "KnnKnnKnKKi", &pq, &B, &d, &pkeys, &sn, &sd, &pidx, &k,
+                          &porder, &pout, &threads))
+        return NULL;
+    int64_t items = (int64_t)B * k;
+    threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    if (items * d < (1 << 18)) threads = 1;
+    if (threads > items) threads = items < 1 ? 1 : (int)items;
+    const float *q = (const float *)(uintptr_t)pq;
+    Py_BEGIN_ALLOW_THREADS
+    ExactJob jobs[MAX_THREADS];
+    for (int t = 0; t < threads; t++) {
+        jobs[t] = (ExactJob){q, (const float *)(uintptr_t)pkeys, sn == 1 && items > 1, (const int64_t *)(uintptr_t)pidx,
+                             (const int64_t *)(uintptr_t)porder, (double *)(uintptr_t)pout, B, k,
+                             d, sn, sd, items * t / threads, items * (t + 1) / threads};
+    }
+    run_split(exact_items, jobs, sizeof(ExactJob), threads);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"fold_chunk", fold_chunk, METH_VARARGS, "A chunk's top k and Σ 2^x in one read."},
+    {"exact_scores", exact_scores, METH_VARARGS, "The winners' q·k in float64."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_cpu_kernels", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__cpu_kernels(void) { return PyModule_Create(&module); }
