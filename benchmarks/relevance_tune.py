@@ -31,9 +31,12 @@ from benchmarks.relevance import Baselines, rrf, top
 from benchmarks.relevance_labels import Judged, judged_queries, score
 from benchmarks.relevance_served import serve, suite_arguments
 from models.keys import LocalKeys
-from service.config.head_weights import HEADS, LEXICAL
+from service.config.head_weights import DENSE_HEADS, LEXICAL
 
 SEARCH_KINDS = ("names", "subjects", "intents")
+# the heads this grid weighs: the two dense ones and BM25 (the names heads came later, and ask
+# with what a query names, not a weight a grid finds)
+HEADS = (*DENSE_HEADS, LEXICAL)
 Scores = dict[str, np.ndarray]  # head → (Q, N) raw scores (q·k, or BM25)
 
 
