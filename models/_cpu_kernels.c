@@ -23,6 +23,7 @@
 #define BLOCK 64     /* columns per block: models/attention_chunks.py BLOCK */
 #define LANES 16     /* floats per vector: a block is 4 */
 #define MAX_THREADS 64
+#define MAX_K 4096 /* a row's top k lives on the stack (row_top); models/cpu_kernels.py uses ≤ 128 */
 #define DIMS 4 /* key rows a pass of exact_by_dims reads side by side */
 #define UNSHIFTED 64.0f /* |max x| up to this: 2^x summed as it is (models/attention.py) */
 
@@ -209,9 +210,9 @@ static PyObject *fold_chunk(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "KnnnnKKKKKi", &ps, &B, &ld, &c, &k, &pbmax, &ptop, &pcol,
                           &prest, &pshift, &threads))
         return NULL;
-    if (c % BLOCK || c <= 0 || B <= 0 || ld < c || k < 1 || k > c) {
-        PyErr_SetString(PyExc_ValueError,
-                        "fold_chunk: need B > 0, c > 0 a whole number of blocks ≤ ld, 1 ≤ k ≤ c");
+    if (c % BLOCK || c <= 0 || B <= 0 || ld < c || k < 1 || k > c || k > MAX_K) {
+        PyErr_SetString(PyExc_ValueError, "fold_chunk: need B > 0, c > 0 a whole number of "
+                                          "blocks ≤ ld, 1 ≤ k ≤ min(c, 4096)");
         return NULL;
     }
     const float *s = (const float *)(uintptr_t)ps;

@@ -25,6 +25,10 @@ from torch import Tensor
 logger = logging.getLogger(__name__)
 
 BLOCK = 64  # columns per block, as models/_cpu_kernels.c and models/attention_chunks.py
+# The C top k inserts into a sorted list, O(k) an insertion: past this k (the mixture's deeper
+# rounds ask for up to the whole catalog) torch's top-k is the faster, and fold_chunk is not
+# used. The service's k = 10 asks for 40.
+MAX_K = 128
 
 _state: dict[str, bool] = {"enabled": True}
 
@@ -50,9 +54,16 @@ def set_enabled(enabled: bool) -> None:
     _state["enabled"] = enabled
 
 
-def applies(s: Tensor) -> bool:
-    """Whether `fold_chunk` takes this (B, c) logits view: float32 on the CPU, rows contiguous."""
-    return available() and s.device.type == "cpu" and s.dtype == torch.float32 and s.stride(1) == 1
+def applies(s: Tensor, k: int) -> bool:
+    """Whether `fold_chunk` takes this (B, c) logits view and k: float32 on the CPU, rows
+    contiguous, k ≤ MAX_K."""
+    return (
+        available()
+        and k <= MAX_K
+        and s.device.type == "cpu"
+        and s.dtype == torch.float32
+        and s.stride(1) == 1
+    )
 
 
 def fold_chunk(s: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -60,7 +60,7 @@ class RunningSoftmax:
         if mask is not None:
             s[:, : mask.shape[-1]].masked_fill_(~mask, -math.inf)
             self.matched += mask.sum(-1) if mask.dim() == 2 else mask.sum()
-        if values is None and cpu_kernels.applies(s):
+        if values is None and cpu_kernels.applies(s, self.k):
             self._fold_in_c(s, start)
             return
         # running top-k, before the exp overwrites s; and the chunk's max x and its column

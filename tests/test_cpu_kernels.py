@@ -62,6 +62,18 @@ def test_c_passes_give_what_torch_passes_and_the_reference_give(
         assert torch.equal(att.matched, ref.matched)
 
 
+def test_a_k_past_max_k_takes_torch_passes_and_the_same_answer() -> None:
+    """The mixture's deeper rounds ask for up to the whole catalog: torch's top-k then."""
+    keys, q = unit(3_000, 24, 11), unit(4, 24, 12)
+    k = cpu_kernels.MAX_K + 72
+    att = attend(q, keys, k=k, scale=20.0)
+    ref = reference_attention(q, keys, k=k, scale=20.0)
+    assert torch.equal(att.indices, ref.indices)
+    torch.testing.assert_close(att.weights, ref.weights, rtol=2e-6, atol=1e-12)
+    with pytest.raises(ValueError, match="fold_chunk"):
+        cpu_kernels.fold_chunk(torch.zeros(1, 64 * 100), 5_000)
+
+
 def test_torch_passes_still_answer(torch_passes: None) -> None:
     """Where the extension is missing (no compiler at install) `attend` keeps torch's passes."""
     assert not cpu_kernels.available()
