@@ -44,27 +44,9 @@ typedef double v8d __attribute__((vector_size(64)));
 INLINE v16f pick(v16i mask, v16f a, v16f b) { return (v16f)(((v16i)a & mask) | ((v16i)b & ~mask)); }
 INLINE v16f vmax(v16f a, v16f b) { return pick(a > b, a, b); }
 
-/* 2^x for float32, Cephes' exp2f: x = r + f with r the nearest integer (rounded by adding and
- * taking away 1.5 · 2^23) and |f| ≤ 1/2, a degree-6 polynomial for 2^f (≤ 2 ulp), times 2^r
- * from the exponent bits. Below −126 it returns 0, and −inf gives 0. `exp2_lanes` is the same
- * operations in the same order, 16 at a time: the same bits. */
-INLINE float exp2_poly(float x) {
-    x = x < -127.0f ? -127.0f : x;
-    x = x > 127.0f ? 127.0f : x;
-    float r = (x + 12582912.0f) - 12582912.0f;
-    float f = x - r;
-    float p = f * 1.535336188319500e-4f + 1.339887440266574e-3f;
-    p = p * f + 9.618437357674640e-3f;
-    p = p * f + 5.550332471162809e-2f;
-    p = p * f + 2.402264791363012e-1f;
-    p = p * f + 6.931472028550421e-1f;
-    p = p * f + 1.0f;
-    int32_t e = ((int32_t)r + 127) << 23; /* 0 for r = −127: 2^r flushed to 0 */
-    float scale;
-    memcpy(&scale, &e, sizeof scale);
-    return p * scale;
-}
-
+/* 2^x for float32, 16 at a time, Cephes' exp2f: x = r + f with r the nearest integer (rounded
+ * by adding and taking away 1.5 · 2^23) and |f| ≤ 1/2, a degree-6 polynomial for 2^f (≤ 2 ulp),
+ * times 2^r from the exponent bits. Below −126 it returns 0, and −inf gives 0. */
 INLINE v16f exp2_lanes(v16f x) {
     const v16f zero = {0}, lo = zero - 127.0f, hi = zero + 127.0f;
     x = pick(x < lo, lo, x);
@@ -77,8 +59,14 @@ INLINE v16f exp2_lanes(v16f x) {
     p = p * f + 2.402264791363012e-1f;
     p = p * f + 6.931472028550421e-1f;
     p = p * f + 1.0f;
-    v16i e = (__builtin_convertvector(r, v16i) + 127) << 23;
+    v16i e = (__builtin_convertvector(r, v16i) + 127) << 23; /* 0 for r = −127: flushed to 0 */
     return p * (v16f)e;
+}
+
+/* One value's 2^x, by the same lanes: the same bits as the term fold_segment summed for it. */
+static float exp2_one(float x) {
+    const v16f zero = {0};
+    return exp2_lanes(zero + x)[0];
 }
 
 /* One segment of one row: blocks [b0, b1) of x (c = whole blocks), each block's max into
@@ -193,10 +181,9 @@ static void *fold_items(void *arg) {
     return NULL;
 }
 
-/* fold_chunk(s, B, ld, c, k, bmax, top, top_col, rest, shift, threads)
+/* fold_chunk(s, B, ld, c, k, top, top_col, rest, shift, threads)
  *   s       float32 (B, ld), the chunk's x in its first c columns (c whole blocks, −inf past
  *           the keys); k ≤ c
- *   bmax    float32 (B, c / BLOCK) out: each block's max
  *   top     float32 (B, k) out: each row's k largest x, descending; top_col int64 (B, k) their
  *           columns (the lowest first among equal values)
  *   rest    float64 (B,) out: Σ 2^(x − shift) over the row but its max's term
@@ -204,11 +191,11 @@ static void *fold_items(void *arg) {
  */
 static PyObject *fold_chunk(PyObject *self, PyObject *args) {
     (void)self;
-    unsigned long long ps, pbmax, ptop, pcol, prest, pshift;
+    unsigned long long ps, ptop, pcol, prest, pshift;
     Py_ssize_t B, ld, c, k;
     int threads;
-    if (!PyArg_ParseTuple(args, "KnnnnKKKKKi", &ps, &B, &ld, &c, &k, &pbmax, &ptop, &pcol,
-                          &prest, &pshift, &threads))
+    if (!PyArg_ParseTuple(args, "KnnnnKKKKi", &ps, &B, &ld, &c, &k, &ptop, &pcol, &prest,
+                          &pshift, &threads))
         return NULL;
     if (c % BLOCK || c <= 0 || B <= 0 || ld < c || k < 1 || k > c || k > MAX_K) {
         PyErr_SetString(PyExc_ValueError, "fold_chunk: need B > 0, c > 0 a whole number of "
@@ -216,7 +203,7 @@ static PyObject *fold_chunk(PyObject *self, PyObject *args) {
         return NULL;
     }
     const float *s = (const float *)(uintptr_t)ps;
-    float *bmax = (float *)(uintptr_t)pbmax, *top = (float *)(uintptr_t)ptop;
+    float *top = (float *)(uintptr_t)ptop;
     double *rest = (double *)(uintptr_t)prest, *shift = (double *)(uintptr_t)pshift;
     int64_t *top_col = (int64_t *)(uintptr_t)pcol;
     int64_t nblocks = c / BLOCK;
@@ -228,7 +215,12 @@ static PyObject *fold_chunk(PyObject *self, PyObject *args) {
     int64_t items = B * segs;
     if (threads > items) threads = (int)items;
     double *partial = malloc(sizeof(double) * items);
-    if (!partial) return PyErr_NoMemory();
+    float *bmax = malloc(sizeof(float) * B * nblocks); /* (B, c / BLOCK) each block's max */
+    if (!partial || !bmax) {
+        free(partial);
+        free(bmax);
+        return PyErr_NoMemory();
+    }
     Py_BEGIN_ALLOW_THREADS
     FoldJob jobs[MAX_THREADS];
     for (int t = 0; t < threads; t++)
@@ -249,11 +241,12 @@ static PyObject *fold_chunk(PyObject *self, PyObject *args) {
             total = fold_segment(x, bm, 0, nblocks, sh);
         }
         /* the max's own term leaves the sum: the caller adds it in float64 */
-        rest[row] = m == -INFINITY ? total : total - (double)exp2_poly(m - sh);
+        rest[row] = m == -INFINITY ? total : total - (double)exp2_one(m - sh);
         shift[row] = sh;
     }
     Py_END_ALLOW_THREADS
     free(partial);
+    free(bmax);
     Py_RETURN_NONE;
 }
 

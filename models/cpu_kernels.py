@@ -24,7 +24,6 @@ from torch import Tensor
 
 logger = logging.getLogger(__name__)
 
-BLOCK = 64  # columns per block, as models/_cpu_kernels.c and models/attention_chunks.py
 # The C top k inserts into a sorted list, O(k) an insertion: past this k (the mixture's deeper
 # rounds ask for up to the whole catalog) torch's top-k is the faster, and fold_chunk is not
 # used. The service's k = 10 asks for 40.
@@ -74,7 +73,6 @@ def fold_chunk(s: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     assert _kernels is not None
     B, c = s.shape
     k = min(k, c)
-    block_max = torch.empty(B, c // BLOCK)
     top = torch.empty(B, k)
     top_col = torch.empty(B, k, dtype=torch.int64)
     rest = torch.empty(B, dtype=torch.float64)
@@ -85,7 +83,6 @@ def fold_chunk(s: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         s.stride(0),
         c,
         k,
-        block_max.data_ptr(),
         top.data_ptr(),
         top_col.data_ptr(),
         rest.data_ptr(),
