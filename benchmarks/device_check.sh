@@ -9,6 +9,7 @@
 #
 #   bash benchmarks/device_check.sh                     # the shared catalog, else the demo one
 #   CATALOG=indexer/data/demo_books.jsonl SECONDS_PER_CELL=3 bash benchmarks/device_check.sh
+#   SKIP_GPU=1 bash benchmarks/device_check.sh          # step 2 only
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,8 +22,10 @@ CATALOG="${CATALOG:-../shared/data/books.jsonl}"
 mkdir -p "$OUT"
 export HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4
 
-echo "== 1. benchmarks/gpu.py (at most 5 min)"
-timeout 300 "$PY" benchmarks/gpu.py --json-file "$OUT/gpu.json" | tee "$OUT/gpu.txt"
+if [ -z "${SKIP_GPU:-}" ]; then
+    echo "== 1. benchmarks/gpu.py (at most 5 min)"
+    timeout 300 "$PY" benchmarks/gpu.py --json-file "$OUT/gpu.json" | tee "$OUT/gpu.txt"
+fi
 
 DEVICES=cpu
 if "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then

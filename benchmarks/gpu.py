@@ -10,7 +10,11 @@ Sized to finish in under 3 minutes on an H200 (--target-s sets the timed seconds
 and cell). Exits at once with a message where torch sees no CUDA device.
 
 - attend / attend+V: models.attention.attend on the GPU; q is cast to the keys' dtype (as attend
-  does), values are stored in the keys' dtype; attend accumulates in fp32.
+  does), values are stored in the keys' dtype; attend accumulates in fp32. Its chunks in one
+  Triton kernel (models/cuda_fold.py) and its calls replayed from CUDA graphs
+  (models/cuda_graphs.py).
+- attend-fused: the same without the graphs; attend-eager: without either, torch's passes
+  launched one by one (the code before both), so each one's gain is measured in the same run.
 - faiss: GpuIndexFlatIP (fp32, or fp16 storage for fp16 keys) when `faiss` was built with GPU
   support; bf16 keys and a CPU-only FAISS get "-" with the reason in the notes.
 - naive: torch.softmax(q @ keys.T * 20, -1).topk(10) in the keys' dtype.
@@ -18,19 +22,24 @@ and cell). Exits at once with a message where torch sees no CUDA device.
 Timing: torch.cuda.synchronize() before the clock starts and before it stops on every call,
 so a call's time includes all its kernels. Bandwidth: at B = 1 attend reads N·d·bytes of keys
 per query; next to it, the device-to-device copy bandwidth of this GPU (read + write, CUDA
-events around a 4 GiB copy) and a read-only figure (sum of the same buffer).
+events around a 4 GiB copy) and a read-only figure (sum of the same buffer). A call's fixed
+cost: its time at B = 1 less its keys' bytes at the copy bandwidth. Last, the kernel alone at
+N = 10M fp16, B = 1, in a few launch configurations and both key layouts ((N, d) and the
+service's (d, N)), against the copy bandwidth.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import gc
 import importlib
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,15 +63,21 @@ from benchmarks._common import (
     environment,
     finite,
     fmt_num,
+    fmt_ratio,
     log,
     out,
     random_normal,
     random_unit,
     reference,
     run_method,
+    table,
+    time_call,
     tolerances,
 )
+from models import cuda_fold, cuda_graphs
 from models.attention import Attention, attend
+from models.attention_chunks import BLOCK, whole_blocks
+from models.running_softmax import LOG2_E
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -84,6 +99,36 @@ def require_cuda() -> torch.device:
 
 def sync() -> None:
     torch.cuda.synchronize()
+
+
+# attend's GPU passes per method: (Triton kernel, CUDA graphs)
+PASSES: dict[str, tuple[bool, bool]] = {
+    "attend": (True, True),
+    "attend-fused": (True, False),
+    "attend-eager": (False, False),
+}
+
+
+@contextlib.contextmanager
+def passes(fused: bool, graphs: bool) -> Iterator[None]:
+    """attend's GPU passes as given for the block, the defaults after."""
+    cuda_fold.set_enabled(fused)
+    cuda_graphs.set_enabled(graphs)
+    try:
+        yield
+    finally:
+        cuda_fold.set_enabled(True)
+        cuda_graphs.set_enabled(True)
+
+
+def with_passes(name: str, fn: Callable[[], object]) -> Callable[[], object]:
+    fused, graphs = PASSES[name]
+
+    def call() -> object:
+        with passes(fused, graphs):
+            return fn()
+
+    return call
 
 
 # --------------------------------------------------------------------------- FAISS
@@ -200,11 +245,17 @@ def run_cell(
         "attend": (lambda: attend(q, keys, k=K, scale=SCALE), from_attention),
         "attend+V": (lambda: attend(q, keys, values, k=K, scale=SCALE), from_attention),
     }
+    for name in ("attend-fused", "attend-eager"):
+        plan[name] = (with_passes(name, lambda: attend(q, keys, k=K, scale=SCALE)), from_attention)
     if flat is not None:
         plan["faiss"] = (lambda: flat.search(q, K), from_faiss)
     plan["naive"] = (naive, from_topk)
     methods: dict[str, MethodRun] = {}
     for name, (fn, to_answer) in plan.items():
+        # two calls first: attend's first call of a shape runs eagerly and its second captures
+        # a graph (models/cuda_graphs.py), so the call checked below is a replay
+        fn()
+        fn()
         methods[name] = run_method(
             fn,
             to_answer,
@@ -231,6 +282,64 @@ def run_cell(
 
 def _cpu(t: Tensor | None) -> Tensor | None:
     return None if t is None else t.cpu()
+
+
+def kernel_sweep(
+    device: torch.device,
+    generator: torch.Generator,
+    mem: dict[str, float],
+    N: int = 10_000_000,
+) -> list[dict[str, Any]]:
+    """models/cuda_fold.py's kernel alone at N fp16 keys, B = 1, in a few launch
+    configurations and both key layouts: what its default is chosen by."""
+    if not cuda_fold.available():
+        return []
+    keys_nd = random_unit(N, D, generator=generator, device=device).half()
+    rows = []
+    for layout in ("(N, d)", "(d, N)"):
+        keys = keys_nd if layout == "(N, d)" else keys_nd.T.contiguous().T
+        q = random_unit(1, D, generator=generator, device=device)
+        s = torch.empty(1, whole_blocks(N), device=device)
+        ref = (q.half().float() @ keys.float().T) * (SCALE * LOG2_E)  # (1, N)
+        for bn in (64, 128, 256):
+            for num_warps in (4, 8):
+                cfg = {"bn": bn, "num_warps": num_warps, "num_stages": 3}
+
+                call = functools.partial(
+                    cuda_fold.logits_fold,
+                    s,
+                    q,
+                    keys,
+                    scale2=SCALE * LOG2_E,
+                    bn=bn,
+                    num_warps=num_warps,
+                    num_stages=3,
+                )
+                timing, result = time_call(call, target_s=0.1, sync=sync, max_reps=100)
+                assert isinstance(result, tuple)
+                err = float((s[:, :N] - ref).abs().max())
+                maxima = s.view(1, -1, BLOCK).amax(-1)  # (1, N / BLOCK), −inf past N
+                max_ok = bool(torch.equal(result[0], maxima))
+                gbps = N * D * 2 / timing.median_s / 1e9
+                rows.append(
+                    {
+                        "N": N,
+                        "layout": layout,
+                        **cfg,
+                        "ms": timing.median_s * 1e3,
+                        "gbps": gbps,
+                        "percent_of_copy": 100 * gbps / mem["copy_gbps"],
+                        "max_abs_err_x": err,
+                        "block_max_ok": max_ok,
+                    }
+                )
+                log(
+                    f"  kernel {layout} {cfg}: {timing.median_s * 1e3:.3f} ms, "
+                    f"{gbps:,.0f} GB/s, err {err:.2e}, block maxima ok {max_ok}"
+                )
+    gc.collect()
+    torch.cuda.empty_cache()
+    return rows
 
 
 # --------------------------------------------------------------------------- main
@@ -283,6 +392,7 @@ def run_grid(
 def summarise(
     cells: list[Cell],
     mem: dict[str, float],
+    sweep: list[dict[str, Any]],
     *,
     gpu_faiss: GpuFaiss,
     device: torch.device,
@@ -306,6 +416,15 @@ def summarise(
                     "percent_of_read": 100 * gbps / mem["read_gbps"],
                 }
             )
+    fixed = []
+    for c in cells:
+        if c.B == 1 and c.N < 1_000_000:
+            bytes_ms = c.N * D * DTYPES[c.dtype].itemsize / (mem["copy_gbps"] * 1e9) * 1e3
+            row: dict[str, Any] = {"N": c.N, "dtype": c.dtype, "keys_ms": bytes_ms}
+            for name in PASSES:
+                ms = c.methods[name].ms_per_call if name in c.methods else None
+                row[name] = None if ms is None else ms - bytes_ms
+            fixed.append(row)
     props = torch.cuda.get_device_properties(device)
     result: dict[str, Any] = {
         "benchmark": "gpu",
@@ -329,6 +448,8 @@ def summarise(
         "bandwidth": mem,
         "cells": [c.as_dict() for c in cells],
         "attend_bandwidth_b1": bw,
+        "fixed_ms_b1": fixed,
+        "kernel_sweep": sweep,
         "all_correct": all(
             r.check.ok for c in cells for r in c.methods.values() if r.check is not None
         ),
@@ -363,6 +484,34 @@ def report_text(result: dict[str, Any], cells: list[Cell]) -> None:
             f"attend at B=1, {b['dtype']}, N={b['N']:,}: {b['bytes'] / 1e6:,.0f} MB of keys in "
             f"{b['ms_per_query']:.3f} ms = {b['gbps']:,.0f} GB/s = {b['percent_of_copy']:.0f}% "
             f"of copy, {b['percent_of_read']:.0f}% of read bandwidth"
+        )
+    out()
+    out("ms per call, and attend's gain over each of its parts left out:")
+    names = [*PASSES, "naive"]
+    rows = []
+    for c in cells:
+        ms = [c.methods[m].ms_per_call if m in c.methods else None for m in names]
+        a = ms[0]
+        rows.append(
+            [f"{c.N:,}", str(c.B), c.dtype]
+            + [f"{v:.3f}" if v is not None else "-" for v in ms]
+            + [fmt_ratio(None if a is None or v is None else v / a) for v in ms[1:]]
+        )
+    header = ["N", "B", "dtype"] + [f"{m} ms" for m in names] + [f"{m}/attend" for m in names[1:]]
+    out(table(header, rows))
+    out()
+    for f in result["fixed_ms_b1"]:
+        parts = ", ".join(f"{m} {f[m]:.3f}" for m in PASSES if f.get(m) is not None)
+        out(
+            f"fixed cost a call, B=1, {f['dtype']}, N={f['N']:,} "
+            f"(keys {f['keys_ms']:.3f} ms): {parts} ms"
+        )
+    for r in result["kernel_sweep"]:
+        out(
+            f"kernel alone, N={r['N']:,} fp16 B=1 keys {r['layout']}, BN={r['bn']} "
+            f"warps={r['num_warps']}: {r['ms']:.3f} ms, {r['gbps']:,.0f} GB/s = "
+            f"{r['percent_of_copy']:.0f}% of copy; x max error {r['max_abs_err_x']:.1e}, "
+            f"block maxima {'ok' if r['block_max_ok'] else 'WRONG'}"
         )
     out()
     out(
@@ -403,6 +552,7 @@ def main(argv: list[str] | None = None) -> None:
     log("bandwidth ...")
     mem = bandwidth(device)
     torch.cuda.empty_cache()  # the 8 GiB of bandwidth buffers
+    sweep = kernel_sweep(device, generator, mem)
     cells = run_grid(
         grid_n,
         dtype_names,
@@ -415,6 +565,7 @@ def main(argv: list[str] | None = None) -> None:
     result = summarise(
         cells,
         mem,
+        sweep,
         gpu_faiss=gpu_faiss,
         device=device,
         args=args,

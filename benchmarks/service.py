@@ -92,12 +92,19 @@ class Server:
             "HF_HUB_OFFLINE": "1",
             **env,
         }
-        attend = str(Path(sys.executable).with_name("attend"))
+        attend = Path(sys.executable).with_name("attend")
+        # the checkout's own entry point where the project is not installed (a lent GPU
+        # machine runs it from a copy of the working tree)
+        run_main = "import sys; from service.launch import main; sys.exit(main())"
+        command = [str(attend)] if attend.exists() else [sys.executable, "-c", run_main]
+        # BENCH_SERVER_LOG: a file the servers' stderr is appended to, for a start that fails
+        log_path = os.environ.get("BENCH_SERVER_LOG")
+        self._log = open(log_path, "ab") if log_path else None  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [attend, "serve", "--port", str(self.port)],
+            [*command, "serve", "--port", str(self.port)],
             env=full_env,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=self._log or subprocess.DEVNULL,
         )
 
     def wait_ready(self, timeout: float = 180) -> None:
@@ -116,6 +123,8 @@ class Server:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=30)
+        if self._log is not None:
+            self._log.close()
 
 
 class Connection:

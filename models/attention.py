@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from models import cuda_fold, cuda_graphs
 from models.attention_chunks import BLOCK, chunk_logits, logits_buffer, whole_blocks
 from models.running_softmax import LOG2_E, Attention, RunningSoftmax
 
@@ -100,8 +101,36 @@ def attend(
     B, N = q.shape[0], keys.shape[0]
     if N == 0:  # nothing to stream
         return reference_attention(q, keys, values, k=k, scale=scale, mask=mask)
+    C = chunk_size or chunk_for(B, N, keys.device)
+    if scores_out is None and cuda_graphs.applies(keys, B, C):
+
+        def run(q: Tensor, mask: Tensor | None) -> list[Tensor | None]:
+            a = _attend_chunks(q, keys, values, k=k, scale=scale, mask=mask, C=C, scores_out=None)
+            return [a.indices, a.scores, a.weights, a.logsumexp, a.matched, a.output]
+
+        outs = cuda_graphs.replay(run, q, keys, values=values, mask=mask, shape_key=(k, scale, C))
+        if outs is not None:
+            indices, scores, weights, lse, matched, output = outs
+            assert indices is not None and scores is not None and weights is not None
+            assert lse is not None and matched is not None
+            return Attention(indices, scores, weights, lse, matched, output)
+    return _attend_chunks(q, keys, values, k=k, scale=scale, mask=mask, C=C, scores_out=scores_out)
+
+
+def _attend_chunks(
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor | None,
+    *,
+    k: int,
+    scale: float,
+    mask: Tensor | None,
+    C: int,  # noqa: N803
+    scores_out: Tensor | None,
+) -> Attention:
+    """`attend`'s loop over the chunks, its arguments checked."""
+    B, N = q.shape[0], keys.shape[0]
     device = keys.device
-    C = chunk_size or chunk_for(B, N, device)
     q = q.to(device=device, dtype=keys.dtype)
     # The loop works in base-2 logits x = log2(e) · scale · q·k, Σ 2^x being Σ e^logit: exp2
     # ran 2.2x faster than exp here, and the exp is most of what the loop adds to the product.
@@ -118,13 +147,22 @@ def attend(
     matched = torch.full((B,), N if mask is None else 0, dtype=torch.long, device=device)
     state = RunningSoftmax(min(k, N), matched)
     buf = logits_buffer(B, whole_blocks(min(C, N)), device)  # (B, W) W ≥ C
+    # on a GPU, without values: each chunk's logits, block maxima and sums in one kernel
+    fused = values is None and cuda_fold.applies(keys)
     for start in range(0, N, C):
         kc = keys[start : start + C]  # (c, d)
         s = buf[:, : whole_blocks(kc.shape[0])]  # (B, c rounded up to whole blocks)
         kept = None if scores_out is None else scores_out[:, start : start + C]
+        mc = None if mask is None else mask[..., start : start + C]  # (c,) or (B, c)
+        if fused:
+            block_max, rest = cuda_fold.logits_fold(s, q, kc, scale2=scale2, kept=kept, mask=mc)
+            if mc is not None:
+                state.count(mc)
+            state.fold_blocks(s, block_max, rest, start)
+            continue
         chunk_logits(s, qs, kc, scale=scale2 if qs is q else None, kept=kept)  # s = x
         vc = None if values is None else values[start : start + C]  # (c, d_v)
-        state.fold(s, start, vc, None if mask is None else mask[..., start : start + C])
+        state.fold(s, start, vc, mc)
     return state.finish(q, keys, scale=scale)
 
 

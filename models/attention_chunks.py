@@ -62,9 +62,12 @@ def exact_scores(q: Tensor, keys: Tensor, idx: Tensor) -> Tensor:
     return torch.einsum("bd,bkd->bk", q.double(), keys[idx].double())
 
 
-def chunk_candidates(s: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def chunk_candidates(
+    s: Tensor, k: int, block_max: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Entries of s (B, c), c a whole number of BLOCKs, among which are each row's k largest:
-    (values, columns) (B, k'); and each row's max (B,) and its column (B, 1).
+    (values, columns) (B, k'); and each row's max (B,) and its column (B, 1). `block_max`
+    (B, c / BLOCK), each block's max, where the caller has it (models/cuda_fold.py).
 
     The k blocks with the largest maxima hold every top-k entry (a block outside them has k
     blocks above it, each holding an entry above every entry of its own), so a pass of block
@@ -76,7 +79,8 @@ def chunk_candidates(s: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]
         values, cols = s.topk(min(k, c), dim=-1)  # (B, k') descending
         return values, cols, values[:, 0], cols[:, :1]
     s_blocks = s.view(B, c // BLOCK, BLOCK)  # (B, c / BLOCK, BLOCK)
-    block_max = s_blocks.amax(-1)  # (B, c / BLOCK)
+    if block_max is None:
+        block_max = s_blocks.amax(-1)  # (B, c / BLOCK)
     top_max, blocks = block_max.topk(k, dim=-1)  # (B, k) descending
     cols = (blocks[:, :, None] * BLOCK + _block_cols(s.device)).view(B, k * BLOCK)  # (B, kW)
     # the k blocks whole, BLOCK values at a time (gather took them one by one: 4x slower here)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from models import cpu_kernels
+from models import cpu_kernels, cuda_finish, cuda_fold
 from models.attention_chunks import chunk_candidates, exact_scores
 
 LOG2_E, LN_2 = 1 / math.log(2), math.log(2)
@@ -59,7 +59,7 @@ class RunningSoftmax:
         BLOCKs, −inf past the keys), values (c, d_v) and mask ((c,) or (B, c)). May overwrite s."""
         if mask is not None:
             s[:, : mask.shape[-1]].masked_fill_(~mask, -math.inf)
-            self.matched += mask.sum(-1) if mask.dim() == 2 else mask.sum()
+            self.count(mask)
         if values is None and cpu_kernels.applies(s, self.k):
             self._fold_in_c(s, start)
             return
@@ -90,6 +90,18 @@ class RunningSoftmax:
         if shift is not None:
             rest = rest * shift
         self._add_to_sum(alpha, top_p + rest)
+
+    def count(self, mask: Tensor) -> None:
+        """Count a chunk's unmasked keys, mask (c,) or (B, c) bool, into `matched`."""
+        self.matched += mask.sum(-1) if mask.dim() == 2 else mask.sum()
+
+    def fold_blocks(self, s: Tensor, block_max: Tensor, rest: Tensor, start: int) -> None:
+        """`fold` for a chunk whose x, s (B, c) masked already, came with each BLOCK's max and
+        rest (B, c / BLOCK) (models/cuda_fold.py): the top k by those maxima, and the sum as
+        Σ_g 2^(bmax_g − m) · (1 + rest_g), each block's top term an exact 1 outside float32."""
+        cand, cand_col, _, _ = chunk_candidates(s, self.k, block_max)  # (B, k'), ...
+        self._merge_top(cand, cand_col + start if start else cand_col)
+        self.m, self.m_safe, self.l = cuda_finish.merge_blocks(block_max, rest, self.m, self.l)
 
     def _fold_in_c(self, s: Tensor, start: int) -> None:
         """`fold` by models/_cpu_kernels.c: one read of s, left as it is, for the top k and the
@@ -151,6 +163,11 @@ class RunningSoftmax:
         # differ), so the float32 scores of one key can differ in the last bit between a whole
         # index and a shard. Their exact values replace their float32 terms in the sum too:
         # they are its largest, so the weights agree to ~1e-7 however the keys were chunked.
+        if acc is None and cuda_fold.on_device(keys):  # one kernel, not some thirty launches
+            idx_t, scores, weights, lse = cuda_finish.finish_rows(
+                top, self.top_idx, m, l, q, keys, scale * LOG2_E
+            )
+            return Attention(idx_t, scores, weights, lse, self.matched, None)
         if keys.device.type == "cpu":
             # numpy: its operations on (B, k) cost a few µs each, torch's 5-25 (a fifth of
             # the work besides the product at N = 10k, B = 256)
