@@ -4,6 +4,7 @@ same database served over HTTP under `wrk`, cell by cell, and where the differen
     .venv/bin/python -m benchmarks.ceiling --database-url sqlite:////tmp/books.db
     .venv/bin/python -m benchmarks.ceiling --clients 1 32 --seconds 5 --rounds 3 --json
     .venv/bin/python -m benchmarks.ceiling --profile 10    # and py-spy on the server, 32 clients
+    .venv/bin/python -m benchmarks.ceiling --clients 1 --profile 10 --profile-clients 1
 
 For each B = clients (1, 8, 32, 64), in turns, `--rounds` times: (1) the engine's own rate, the
 searcher in this process answering batches of B unique queries (`Searcher.search_now`: one
@@ -14,8 +15,8 @@ queries/s; p50 and p99 are a batch's latency in-process, a request's under `wrk`
 cache is off in both (size 1): every query runs the encoder, as a new query does. Then, for each
 B > 1, B requests sent at once must be answered as the same query alone (in this process and
 over HTTP). With `--profile S`, py-spy (PyPI's; on PATH or `--py-spy`) samples the server for S
-seconds under `wrk` at 32 clients and the samples are summed by thread and by what they were
-doing (benchmarks/ceiling_profile.py).
+seconds under `wrk` at 32 clients (`--profile-clients`) and the samples are summed by thread
+and by what they were doing (benchmarks/ceiling_profile.py).
 
 The database must hold an index (`attend index`). `wrk` and py-spy run on the cores the server
 runs on (two here): the HTTP figures are a floor, and the ratio is what the service keeps of the
@@ -237,7 +238,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.profile:
             from benchmarks.ceiling_profile import profile_server
 
-            profile = profile_server(server, queries, args.profile, args.py_spy)
+            profile = profile_server(
+                server, queries, args.profile, args.py_spy, args.profile_clients
+            )
     finally:
         server.stop()
         engine.close()
@@ -315,6 +318,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=6.0, help="per cell")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--profile", type=float, metavar="S", help="py-spy the server S seconds")
+    parser.add_argument(
+        "--profile-clients", type=int, default=32, help="wrk's connections while py-spy samples"
+    )
     # on PATH, else beside this Python (`.venv/bin/pip install py-spy` puts it there)
     beside = Path(sys.executable).with_name("py-spy")
     parser.add_argument("--py-spy", default=shutil.which("py-spy") or str(beside))

@@ -60,12 +60,12 @@ def summarise(raw: str) -> dict[str, Counter[str]]:
 
 
 def profile_server(
-    server: Server, queries: list[str], seconds: float, py_spy: str
+    server: Server, queries: list[str], seconds: float, py_spy: str, clients: int = 32
 ) -> dict[str, Any]:
-    """py-spy on `server` for `seconds` while `wrk` holds 32 connections on it."""
+    """py-spy on `server` for `seconds` while `wrk` holds `clients` connections on it."""
     load: list[dict[str, Any]] = []
     wrk = threading.Thread(
-        target=lambda: load.extend(wrk_cells({"http": server}, [32], seconds + 3, queries))
+        target=lambda: load.extend(wrk_cells({"http": server}, [clients], seconds + 3, queries))
     )
     wrk.start()
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,6 +96,7 @@ def profile_server(
     by_thread = summarise(text)
     return {
         "seconds": seconds,
+        "clients": clients,
         "rps_while_sampled": load[0]["rps"] if load else None,
         "samples": {thread: dict(kinds) for thread, kinds in by_thread.items()},
     }
@@ -113,7 +114,8 @@ def report_profile(profile: dict[str, Any]) -> None:
             rows.append([kind, *(f"{100 * n / total:.1f}" for n in counts)])
     rps = profile["rps_while_sampled"] or 0.0
     out(
-        f"\npy-spy, {profile['seconds']:g} s at 32 clients ({rps:.0f} req/s while sampled): "
+        f"\npy-spy, {profile['seconds']:g} s at {profile.get('clients', 32)} clients "
+        f"({rps:.0f} req/s while sampled): "
         "% of all samples"
     )
     out(table(["what", *threads], rows))
