@@ -11,8 +11,10 @@ computes and what the tests hold it to. `attend` never holds anything of size (B
 the keys in chunks of C and folds each into a `RunningSoftmax` (running top-k, max, sum and,
 with values, output; models/running_softmax.py), as flash-attention merges blocks. Memory is
 O(B·C + B·k + B·d_v). What it does to each chunk (its logits into a reused buffer, a block-max
-top-k, the winners' exact rescoring) is in models/attention_chunks.py, and on the CPU in C
-(models/cpu_kernels.py).
+top-k, the winners' exact rescoring) is in models/attention_chunks.py, on the CPU in C
+(models/cpu_kernels.py), and on a GPU in Triton kernels (models/cuda_fold.py,
+models/cuda_finish.py), a call of a shape seen before replayed from a CUDA graph
+(models/cuda_graphs.py).
 """
 
 from __future__ import annotations

@@ -11,34 +11,31 @@ launches a call. `logits_fold` computes, per query row b and block of BLOCK (64)
 
 so Σ_j 2^(x_j − m) over the chunk is Σ_g 2^(bmax_g − m) · (1 + rest_g): each block's top term
 is an exact 1 outside the float32 sum, as the CPU path keeps a chunk's top term out of it. The
-block maxima are those `chunk_candidates` takes the top k by. Triton; on the CPU only under
-TRITON_INTERPRET=1 (tests/test_cuda_fold.py), and absent without the `triton` package, where
-`attend` keeps torch's passes (`available`).
+block maxima are those `chunk_candidates` takes the top k by. Triton (models/cuda_kernels.py,
+imported at the first launch); on the CPU only under TRITON_INTERPRET=1
+(tests/test_cuda_fold.py), and absent without the `triton` package, where `attend` keeps
+torch's passes (`available`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from models.attention_chunks import BLOCK
 
-try:  # the CUDA builds of torch bring triton; the CPU build does not
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - depends on the install
-    triton = None
-
+# the CUDA builds of torch bring triton; the CPU build does not
+_HAS_TRITON = importlib.util.find_spec("triton") is not None
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _state: dict[str, bool] = {"enabled": True}
 
 
 def available() -> bool:
     """Whether the kernel can run (triton is installed) and is enabled (`set_enabled`)."""
-    return triton is not None and _state["enabled"]
+    return _HAS_TRITON and _state["enabled"]
 
 
 def set_enabled(enabled: bool) -> None:
@@ -57,65 +54,6 @@ def applies(keys: Tensor) -> bool:
     Not fp32: tl.dot's full-precision fp32 product runs on the CUDA cores, 16 query rows at the
     least, and took 4x cuBLAS's time at B = 1, N = 10M on an H200 (17.2 against 4.1 ms)."""
     return on_device(keys) and keys.dtype in (torch.float16, torch.bfloat16)
-
-
-if triton is not None:
-
-    @triton.jit
-    def _logits_fold_kernel(  # noqa: PLR0917
-        q_ptr, k_ptr, s_ptr, bmax_ptr, rest_ptr, kept_ptr, mask_ptr,
-        B, c, W, D, n_row_tiles,
-        stride_qb, stride_kn, stride_kd, stride_sb, stride_xb, stride_keptb, stride_mb,
-        scale2,
-        HAS_KEPT: tl.constexpr, HAS_MASK: tl.constexpr,
-        BQ: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BLOCK: tl.constexpr,
-    ):  # fmt: skip
-        # one program: BQ query rows × BN columns; the row tiles of one column tile are
-        # neighbours in launch order, so a key tile read for one is in L2 for the next
-        pid = tl.program_id(0)
-        # int64 offsets: 10M keys × 384 values is past 2^31
-        rows = ((pid % n_row_tiles) * BQ + tl.arange(0, BQ)).to(tl.int64)  # (BQ,)
-        cols = ((pid // n_row_tiles) * BN + tl.arange(0, BN)).to(tl.int64)  # (BN,)
-        row_ok, col_ok = rows < B, cols < c
-        acc = tl.zeros((BQ, BN), dtype=tl.float32)  # raw q·k
-        for d0 in range(0, D, BD):
-            dd = (d0 + tl.arange(0, BD)).to(tl.int64)  # (BD,)
-            d_ok = dd < D
-            qt = tl.load(
-                q_ptr + rows[:, None] * stride_qb + dd[None, :],
-                mask=row_ok[:, None] & d_ok[None, :],
-                other=0.0,
-            )  # (BQ, BD)
-            kt = tl.load(
-                k_ptr + cols[None, :] * stride_kn + dd[:, None] * stride_kd,
-                mask=col_ok[None, :] & d_ok[:, None],
-                other=0.0,
-            )  # (BD, BN)
-            acc += tl.dot(qt, kt)  # half keys: exact products, fp32 sums, as cuBLAS
-        out_ok = row_ok[:, None] & col_ok[None, :]
-        if HAS_KEPT:
-            tl.store(kept_ptr + rows[:, None] * stride_keptb + cols[None, :], acc, mask=out_ok)
-        ok = out_ok
-        if HAS_MASK:
-            m = tl.load(mask_ptr + rows[:, None] * stride_mb + cols[None, :], mask=out_ok, other=0)
-            ok = ok & (m != 0)
-        x = tl.where(ok, acc * scale2, float("-inf"))  # (BQ, BN)
-        tl.store(
-            s_ptr + rows[:, None] * stride_sb + cols[None, :],
-            x,
-            mask=row_ok[:, None] & (cols[None, :] < W),
-        )
-        G: tl.constexpr = BN // BLOCK
-        xb = tl.reshape(x, (BQ, G, BLOCK))
-        bm = tl.max(xb, axis=2)  # (BQ, G)
-        below = xb < bm[:, :, None]
-        e = tl.where(below, tl.exp2(xb - bm[:, :, None]), 0.0)
-        n_eq = tl.sum(tl.where(below, 0.0, 1.0), axis=2)  # x = bmax (all of a −inf block)
-        rest = tl.where(bm == float("-inf"), 0.0, tl.sum(e, axis=2) + (n_eq - 1.0))
-        g = ((pid // n_row_tiles) * G + tl.arange(0, G)).to(tl.int64)  # (G,) block numbers
-        g_ok = row_ok[:, None] & (g[None, :] * BLOCK < W)
-        tl.store(bmax_ptr + rows[:, None] * stride_xb + g[None, :], bm, mask=g_ok)
-        tl.store(rest_ptr + rows[:, None] * stride_xb + g[None, :], rest, mask=g_ok)
 
 
 def logits_fold(
@@ -145,15 +83,16 @@ def logits_fold(
     rest = torch.empty_like(bmax)
     BQ = 16 if B <= 16 else 32 if B <= 32 else 64  # tl.dot takes 16 rows at the least
     BN = bn or 128  # a last program past W stores nothing there
-    n_row_tiles = triton.cdiv(B, BQ)
+    n_row_tiles = -(-B // BQ)
     if mask is not None:
         mask = mask.view(torch.uint8)
         stride_mb = mask.stride(0) if mask.dim() == 2 else 0
     if kept is not None:
         assert kept.stride(1) == 1
-    grid = (n_row_tiles * triton.cdiv(W, BN),)
-    kernel: Any = _logits_fold_kernel
-    kernel[grid](
+    grid = (n_row_tiles * -(-W // BN),)
+    from models import cuda_kernels  # triton, on a kernel's first launch
+
+    cuda_kernels.logits_fold_kernel[grid](
         q, kc, s, bmax, rest,
         s if kept is None else kept, s if mask is None else mask,
         B, c, W, D, n_row_tiles,
@@ -169,6 +108,6 @@ def logits_fold(
 
 def describe() -> str:
     """What the log and benchmarks say of the GPU passes."""
-    if triton is None:
+    if not _HAS_TRITON:
         return "torch (no triton)"
-    return f"triton {triton.__version__}" if _state["enabled"] else "torch (triton disabled)"
+    return "triton" if _state["enabled"] else "torch (triton disabled)"
