@@ -10,9 +10,9 @@ Sized to finish in under 3 minutes on an H200 (--target-s sets the timed seconds
 and cell). Exits at once with a message where torch sees no CUDA device.
 
 - attend / attend+V: models.attention.attend on the GPU; q is cast to the keys' dtype (as attend
-  does), values are stored in the keys' dtype; attend accumulates in fp32. Its chunks in one
-  Triton kernel (models/cuda_fold.py) and its calls replayed from CUDA graphs
-  (models/cuda_graphs.py).
+  does), values are stored in the keys' dtype; attend accumulates in fp32. Its chunks of half
+  keys in one Triton kernel (models/cuda_fold.py), its finish in another
+  (models/cuda_finish.py), its calls replayed from CUDA graphs (models/cuda_graphs.py).
 - attend-fused: the same without the graphs; attend-eager: without either, torch's passes
   launched one by one (the code before both), so each one's gain is measured in the same run.
 - faiss: GpuIndexFlatIP (fp32, or fp16 storage for fp16 keys) when `faiss` was built with GPU
