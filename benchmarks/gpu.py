@@ -437,6 +437,7 @@ def summarise(
                 "allow_tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
                 "faiss": gpu_faiss.version,
                 "faiss_note": gpu_faiss.reason or "GPU FAISS",
+                "gpu_passes": cuda_fold.describe(),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             }
         ),
@@ -466,7 +467,8 @@ def report_text(result: dict[str, Any], cells: list[Cell]) -> None:
         f"Attend GPU benchmark: {env['gpu']} (sm {env['compute_capability']}, "
         f"{env['gpu_memory_gb']:.0f} GB), torch {env['torch']} CUDA {env['cuda']}; "
         f"random unit keys, d={D}, k={K}, scale={SCALE:g}; "
-        f"FAISS: {env['faiss'] or '-'} ({env['faiss_note']})"
+        f"FAISS: {env['faiss'] or '-'} ({env['faiss_note']}); attend's passes: "
+        f"{env['gpu_passes']}"
     )
     out("q/s = B / median seconds per call, torch.cuda.synchronize() around every call.")
     out()
