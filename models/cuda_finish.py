@@ -61,7 +61,7 @@ def finish_rows(  # noqa: PLR0917
     cuda_kernels.finish_rows_kernel[(B,)](
         top, top_idx, m_safe, l, q, keys, idx, scores, weights, lse,
         k, q.shape[1], q.stride(0), keys.stride(0), keys.stride(1), *_halves(scale2),
-        *_halves(LN_2),
+        *_LN_2_HALVES,
         BK=max(16, 1 << (k - 1).bit_length()), BD=64,
     )  # fmt: skip
     return idx, scores, weights, lse
@@ -72,3 +72,6 @@ def _halves(x: float) -> tuple[float, float]:
     x rounded to float32 (as a kernel's float argument is) is within 2^-24."""
     hi = float(np.float32(x))
     return hi, float(np.float32(x - hi))
+
+
+_LN_2_HALVES = _halves(LN_2)  # once, not at every call
