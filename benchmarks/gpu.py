@@ -13,8 +13,10 @@ and cell). Exits at once with a message where torch sees no CUDA device.
   does), values are stored in the keys' dtype; attend accumulates in fp32. Its chunks of half
   keys in one Triton kernel (models/cuda_fold.py), its finish in another
   (models/cuda_finish.py), its calls replayed from CUDA graphs (models/cuda_graphs.py).
-- attend-fused: the same without the graphs; attend-eager: without either, torch's passes
-  launched one by one (the code before both), so each one's gain is measured in the same run.
+- attend-topk: the same with torch's top-k passes in place of the one-kernel top-k
+  (models/cuda_finish.py's select_blocks); attend-fused: without the graphs; attend-eager:
+  without any kernel or graph, torch's passes launched one by one (the code before them all),
+  so each part's gain is measured in the same run.
 - faiss: GpuIndexFlatIP (fp32, or fp16 storage for fp16 keys) when `faiss` was built with GPU
   support; bf16 keys and a CPU-only FAISS get "-" with the reason in the notes.
 - naive: torch.softmax(q @ keys.T * 20, -1).topk(10) in the keys' dtype.
@@ -74,7 +76,7 @@ from benchmarks._common import (
     time_call,
     tolerances,
 )
-from models import cuda_fold, cuda_graphs
+from models import cuda_finish, cuda_fold, cuda_graphs
 from models.attention import Attention, attend
 from models.attention_chunks import BLOCK, whole_blocks
 from models.running_softmax import LOG2_E
@@ -101,31 +103,34 @@ def sync() -> None:
     torch.cuda.synchronize()
 
 
-# attend's GPU passes per method: (Triton kernel, CUDA graphs)
-PASSES: dict[str, tuple[bool, bool]] = {
-    "attend": (True, True),
-    "attend-fused": (True, False),
-    "attend-eager": (False, False),
+# attend's GPU passes per method: (Triton kernels, CUDA graphs, the one-kernel top-k)
+PASSES: dict[str, tuple[bool, bool, bool]] = {
+    "attend": (True, True, True),
+    "attend-topk": (True, True, False),
+    "attend-fused": (True, False, True),
+    "attend-eager": (False, False, False),
 }
 
 
 @contextlib.contextmanager
-def passes(fused: bool, graphs: bool) -> Iterator[None]:
+def passes(fused: bool, graphs: bool, select: bool) -> Iterator[None]:
     """attend's GPU passes as given for the block, the defaults after."""
     cuda_fold.set_enabled(fused)
     cuda_graphs.set_enabled(graphs)
+    cuda_finish.set_select_enabled(select)
     try:
         yield
     finally:
         cuda_fold.set_enabled(True)
         cuda_graphs.set_enabled(True)
+        cuda_finish.set_select_enabled(True)
 
 
 def with_passes(name: str, fn: Callable[[], object]) -> Callable[[], object]:
-    fused, graphs = PASSES[name]
+    flags = PASSES[name]
 
     def call() -> object:
-        with passes(fused, graphs):
+        with passes(*flags):
             return fn()
 
     return call
@@ -245,7 +250,7 @@ def run_cell(
         "attend": (lambda: attend(q, keys, k=K, scale=SCALE), from_attention),
         "attend+V": (lambda: attend(q, keys, values, k=K, scale=SCALE), from_attention),
     }
-    for name in ("attend-fused", "attend-eager"):
+    for name in ("attend-topk", "attend-fused", "attend-eager"):
         plan[name] = (with_passes(name, lambda: attend(q, keys, k=K, scale=SCALE)), from_attention)
     if flat is not None:
         plan["faiss"] = (lambda: flat.search(q, K), from_faiss)

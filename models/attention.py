@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from models import cuda_fold, cuda_graphs
+from models import cuda_finish, cuda_fold, cuda_graphs
 from models.attention_chunks import BLOCK, chunk_logits, logits_buffer, whole_blocks
 from models.running_softmax import LOG2_E, Attention, RunningSoftmax
 
@@ -110,7 +110,11 @@ def attend(
             a = _attend_chunks(q, keys, values, k=k, scale=scale, mask=mask, C=C, scores_out=None)
             return [a.indices, a.scores, a.weights, a.logsumexp, a.matched, a.output]
 
-        outs = cuda_graphs.replay(run, q, keys, values=values, mask=mask, shape_key=(k, scale, C))
+        # a graph holds the passes it was captured with: those switched on are part of its key
+        passes = (cuda_fold.available(), cuda_finish.select_enabled())
+        outs = cuda_graphs.replay(
+            run, q, keys, values=values, mask=mask, shape_key=(k, scale, C, passes)
+        )
         if outs is not None:
             indices, scores, weights, lse, matched, output = outs
             assert indices is not None and scores is not None and weights is not None
@@ -149,8 +153,10 @@ def _attend_chunks(
     matched = torch.full((B,), N if mask is None else 0, dtype=torch.long, device=device)
     state = RunningSoftmax(min(k, N), matched)
     buf = logits_buffer(B, whole_blocks(min(C, N)), device)  # (B, W) W ≥ C
-    # on a GPU, without values: each chunk's logits, block maxima and sums in one kernel
-    fused = values is None and cuda_fold.applies(keys)
+    # on a GPU, without values: each chunk's block maxima and sums in a kernel, half keys'
+    # logits in it too (fp32 keys: cuBLAS's product first)
+    blocks = values is None and cuda_fold.on_device(keys)
+    fused = blocks and cuda_fold.applies(keys)
     for start in range(0, N, C):
         kc = keys[start : start + C]  # (c, d)
         s = buf[:, : whole_blocks(kc.shape[0])]  # (B, c rounded up to whole blocks)
@@ -158,13 +164,16 @@ def _attend_chunks(
         mc = None if mask is None else mask[..., start : start + C]  # (c,) or (B, c)
         if fused:
             block_max, rest = cuda_fold.logits_fold(s, q, kc, scale2=scale2, kept=kept, mask=mc)
-            if mc is not None:
-                state.count(mc)
-            state.fold_blocks(s, block_max, rest, start)
-            continue
-        chunk_logits(s, qs, kc, scale=scale2 if qs is q else None, kept=kept)  # s = x
-        vc = None if values is None else values[start : start + C]  # (c, d_v)
-        state.fold(s, start, vc, mc)
+        else:
+            chunk_logits(s, qs, kc, scale=scale2 if qs is q else None, kept=kept)  # s = x
+            if not blocks:
+                vc = None if values is None else values[start : start + C]  # (c, d_v)
+                state.fold(s, start, vc, mc)
+                continue
+            block_max, rest = cuda_fold.block_fold(s, kc.shape[0], mc)
+        if mc is not None:
+            state.count(mc)
+        state.fold_blocks(s, block_max, rest, start)
     return state.finish(q, keys, scale=scale)
 
 

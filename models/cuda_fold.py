@@ -52,7 +52,8 @@ def on_device(keys: Tensor) -> bool:
 def applies(keys: Tensor) -> bool:
     """Whether `attend` over these keys takes `logits_fold`: fp16 or bf16 keys `on_device`.
     Not fp32: tl.dot's full-precision fp32 product runs on the CUDA cores, 16 query rows at the
-    least, and took 4x cuBLAS's time at B = 1, N = 10M on an H200 (17.2 against 4.1 ms)."""
+    least, and took 4x cuBLAS's time at B = 1, N = 10M on an H200 (17.2 against 4.1 ms): fp32
+    keys take cuBLAS's product, then `block_fold`."""
     return on_device(keys) and keys.dtype in (torch.float16, torch.bfloat16)
 
 
@@ -102,6 +103,29 @@ def logits_fold(
         HAS_KEPT=kept is not None, HAS_MASK=mask is not None,
         BQ=BQ, BN=BN, BD=128 if D % 128 == 0 else 64 if D % 64 == 0 else 32, BLOCK=BLOCK,
         num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
+    return bmax, rest
+
+
+def block_fold(s: Tensor, c: int, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """`logits_fold`'s block maxima and rests for a chunk whose x s (B, W) is written already
+    (fp32 keys: cuBLAS's product, −inf past c), masked keys set to −inf in s first (`mask`
+    (c,) or (B, c) bool)."""
+    B, W = s.shape
+    assert W % BLOCK == 0 and c <= W and s.stride(1) == 1
+    bmax = torch.empty(B, W // BLOCK, device=s.device)
+    rest = torch.empty_like(bmax)
+    BQ, BN = (1, 1024) if B == 1 else (16, 128)  # one row: a wide tile, as many programs
+    n_row_tiles = -(-B // BQ)
+    if mask is not None:
+        mask = mask.view(torch.uint8)
+    stride_mb = 0 if mask is None or mask.dim() == 1 else mask.stride(0)
+    from models import cuda_kernels
+
+    cuda_kernels.block_fold_kernel[(n_row_tiles * -(-W // BN),)](
+        s, bmax, rest, s if mask is None else mask,
+        B, c, W, n_row_tiles, s.stride(0), bmax.stride(0), stride_mb,
+        HAS_MASK=mask is not None, BQ=BQ, BN=BN, BLOCK=BLOCK,
     )  # fmt: skip
     return bmax, rest
 

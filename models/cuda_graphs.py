@@ -61,6 +61,7 @@ class _Graph:
     layout: Layout
     lock: threading.Lock
     done: torch.cuda.Event  # the last replay's outputs copied out, on its caller's stream
+    stream_id: int  # that stream's
 
 
 _graphs: OrderedDict[tuple[object, ...], _Graph | None] = OrderedDict()
@@ -109,7 +110,9 @@ def replay(
         return None
     with g.lock:  # the graph's inputs and outputs are one set of buffers
         stream = torch.cuda.current_stream(keys.device)
-        stream.wait_event(g.done)  # a caller on another stream may still be replaying it
+        if stream.stream_id != g.stream_id:  # a caller on another stream may still replay it
+            stream.wait_event(g.done)
+            g.stream_id = stream.stream_id
         g.q.copy_(q, non_blocking=True)
         if g.mask is not None and mask is not None:
             g.mask.copy_(mask, non_blocking=True)
@@ -142,8 +145,11 @@ def _capture(
         logger.warning("attend: CUDA graph capture failed; this shape runs eagerly", exc_info=True)
         return None
     done = torch.cuda.Event()  # type: ignore[no-untyped-call]
-    done.record(torch.cuda.current_stream(device))
-    return _Graph(graph, q_static, mask_static, packed, layout, threading.Lock(), done)
+    stream = torch.cuda.current_stream(device)
+    done.record(stream)
+    return _Graph(
+        graph, q_static, mask_static, packed, layout, threading.Lock(), done, stream.stream_id
+    )
 
 
 def pack(outs: Outputs) -> tuple[Tensor, Layout]:
@@ -162,15 +168,34 @@ def pack(outs: Outputs) -> tuple[Tensor, Layout]:
         layout[i] = (t.dtype, tuple(t.shape), start, start + raw.numel())
         parts.append(raw)
         start += raw.numel()
+    parts.append(parts[0].new_zeros(-start % 8))  # whole 8-byte words: seen as any dtype
     return torch.cat(parts), layout
 
 
 def unpack(packed: Tensor, layout: Layout) -> Outputs:
-    """The outputs `pack` put in `packed` (or a copy of it), as views of it."""
-    return [
-        None if part is None else packed[part[2] : part[3]].view(part[0]).view(part[1])
-        for part in layout
-    ]
+    """The outputs `pack` put in `packed` (or a copy of it), as views of it: one view of the
+    whole buffer per dtype, then a strided view each (two operations fewer an output than
+    slicing bytes; a replay's CPU time is a B = 1 call's below 1M keys)."""
+    whole: dict[torch.dtype, Tensor] = {}
+    outs: Outputs = []
+    for part in layout:
+        if part is None:
+            outs.append(None)
+            continue
+        dtype, shape, start, _ = part
+        if dtype not in whole:
+            whole[dtype] = packed.view(dtype)
+        size = whole[dtype].element_size()
+        outs.append(whole[dtype].as_strided(shape, _contiguous(shape), start // size))
+    return outs
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, n = [], 1
+    for dim in reversed(shape):
+        strides.append(n)
+        n *= dim
+    return tuple(reversed(strides))
 
 
 def clear() -> None:

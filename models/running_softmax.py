@@ -99,6 +99,11 @@ class RunningSoftmax:
         """`fold` for a chunk whose x, s (B, c) masked already, came with each BLOCK's max and
         rest (B, c / BLOCK) (models/cuda_fold.py): the top k by those maxima, and the sum as
         Σ_g 2^(bmax_g − m) · (1 + rest_g), each block's top term an exact 1 outside float32."""
+        if cuda_finish.select_applies(self.k, block_max.shape[1]):  # one launch
+            self.top, self.top_idx, self.m, self.m_safe, self.l = cuda_finish.select_blocks(
+                s, block_max, rest, self.k, start, self.top, self.top_idx, self.m, self.l
+            )
+            return
         cand, cand_col, _, _ = chunk_candidates(s, self.k, block_max)  # (B, k'), ...
         self._merge_top(cand, cand_col + start if start else cand_col)
         self.m, self.m_safe, self.l = cuda_finish.merge_blocks(block_max, rest, self.m, self.l)

@@ -101,7 +101,9 @@ def test_either_cpu_blas_gives_the_float64_answer(backend: cpu_blas.Blas, B: int
     finally:
         cpu_blas.set_blas(None)
     assert_same_attention(att, reference_attention(q, keys, k=10, scale=20.0))
-    torch.testing.assert_close(att.weights, whole.weights, rtol=2e-7, atol=1e-12)
+    # the other keys' float32 terms, summed in another order, move the sum by a few 1e-7 (MKL on
+    # the lent H200 machine's CPU: 2.2e-7 at B = 70, where this machine's stayed under 2e-7)
+    torch.testing.assert_close(att.weights, whole.weights, rtol=4e-7, atol=1e-12)
 
 
 def test_each_batch_size_has_a_blas_of_its_own() -> None:

@@ -81,11 +81,54 @@ CHECK = textwrap.dedent(
     """
 )
 
+# models/cuda_finish.py's select_blocks against a sort: the top k of two chunks by (x
+# descending, row ascending), ties many (x rounded to 1/4), a row with fewer keys than k, and
+# the torch passes it hands over to past SELECT_MAX_K
+SELECT = textwrap.dedent(
+    """
+    import math
+    import torch
+    from models import cuda_finish
+    from models.running_softmax import RunningSoftmax
 
-def test_kernel_matches_float64_in_triton_interpreter() -> None:
+    g = torch.Generator().manual_seed(3)
+    B, c, BLOCK = 3, 640, 64
+    x = (torch.randn(B, 2 * c, generator=g) * 8).round() / 4  # (B, 2c) ties
+    x[2, 5:] = -math.inf  # a row with 5 keys
+    checked = 0
+    for k in (1, 10, 70):
+        state = RunningSoftmax(k, torch.full((B,), 2 * c))
+        for start in (0, c):
+            s = x[:, start : start + c].clone()
+            blocks = s.view(B, c // BLOCK, BLOCK)
+            bmax = blocks.amax(-1)
+            rest = torch.where(blocks < bmax[..., None], torch.exp2(blocks - bmax[..., None]), 0.0)
+            rest = rest.sum(-1) + (blocks == bmax[..., None]).sum(-1) - 1
+            rest = torch.where(bmax == -math.inf, 0.0, rest)
+            state.fold_blocks(s, bmax, rest, start)
+        assert cuda_finish.select_applies(k, c // BLOCK) == (k <= cuda_finish.SELECT_MAX_K)
+        order = torch.sort(-x, dim=-1, stable=True)  # ties by row, ascending
+        want, want_idx = -order.values[:, :k], order.indices[:, :k]
+        found = torch.isfinite(want)
+        assert torch.equal(state.top, want), k
+        if k <= cuda_finish.SELECT_MAX_K:  # torch's top-k orders ties as it likes
+            got_idx = torch.where(found, state.top_idx, -1)
+            assert torch.equal(got_idx, torch.where(found, want_idx, -1)), k
+        m = x.amax(-1)
+        l = torch.exp2(x.double() - m[:, None].double()).sum(-1)
+        assert torch.equal(state.m, m)
+        torch.testing.assert_close(state.l, l, rtol=1e-6, atol=0)
+        checked += 1
+    print("checked", checked)
+    """
+)
+
+
+def _interpret(script: str) -> str:
+    """What `script` prints, run in a process of its own under Triton's interpreter."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     run = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", CHECK],
+        [sys.executable, "-W", "ignore", "-c", script],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -94,7 +137,15 @@ def test_kernel_matches_float64_in_triton_interpreter() -> None:
         check=False,
     )
     assert run.returncode == 0, run.stderr[-4000:]
-    assert run.stdout.strip() == "checked 8"
+    return run.stdout.strip()
+
+
+def test_kernel_matches_float64_in_triton_interpreter() -> None:
+    assert _interpret(CHECK) == "checked 8"
+
+
+def test_select_blocks_takes_the_top_k_by_row_among_ties() -> None:
+    assert _interpret(SELECT) == "checked 3"
 
 
 def test_cpu_keys_keep_the_cpu_passes() -> None:
