@@ -21,7 +21,7 @@
 #include <string.h>
 
 #define BLOCK 64     /* columns per block: models/attention_chunks.py BLOCK */
-#define LANES 16     /* floats per vector: a block is 4 */
+#define LANES 8      /* floats per vector: a block is 8 */
 #define MAX_THREADS 64
 #define MAX_K 4096 /* a row's top k lives on the stack (row_top); models/cpu_kernels.py uses ≤ 128 */
 #define DIMS 4 /* key rows a pass of exact_by_dims reads side by side */
@@ -33,68 +33,71 @@
 #define CLONES
 #endif
 
-/* GCC's vector extensions: one AVX-512 register, two AVX2 ones, four SSE ones, by the clone */
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
+/* GCC's vector extensions, 8 lanes: one AVX2 register (one AVX-512 register's lower half, four
+ * SSE ones' halves). 16-lane vectors were one AVX-512 register, but where the target has no
+ * 64-byte vectors (AVX2) GCC kept them on the stack and compared and shuffled them lane by lane
+ * (vcomiss, cmov, vinsertps): the AVX2 clone's fold ran ~10x slower than torch's exp2 over the
+ * same logits on an AMD Zen 3 (2026-12-04). The lanes, and each lane's order of sums, are those
+ * of the 16-lane code: the same bits. */
 typedef float v8f __attribute__((vector_size(32)));
-typedef double v8d __attribute__((vector_size(64)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef double v4d __attribute__((vector_size(32)));
 #define INLINE static inline __attribute__((always_inline))
 #pragma GCC diagnostic ignored "-Wpsabi" /* inlined everywhere: no vector crosses a call */
 
-INLINE v16f pick(v16i mask, v16f a, v16f b) { return (v16f)(((v16i)a & mask) | ((v16i)b & ~mask)); }
-INLINE v16f vmax(v16f a, v16f b) { return pick(a > b, a, b); }
+INLINE v8f pick(v8i mask, v8f a, v8f b) { return (v8f)(((v8i)a & mask) | ((v8i)b & ~mask)); }
+INLINE v8f vmax(v8f a, v8f b) { return pick(a > b, a, b); }
 
-/* 2^x for float32, 16 at a time, Cephes' exp2f: x = r + f with r the nearest integer (rounded
+/* 2^x for float32, 8 at a time, Cephes' exp2f: x = r + f with r the nearest integer (rounded
  * by adding and taking away 1.5 · 2^23) and |f| ≤ 1/2, a degree-6 polynomial for 2^f (≤ 2 ulp),
  * times 2^r from the exponent bits. Below −126 it returns 0, and −inf gives 0. */
-INLINE v16f exp2_lanes(v16f x) {
-    const v16f zero = {0}, lo = zero - 127.0f, hi = zero + 127.0f;
+INLINE v8f exp2_lanes(v8f x) {
+    const v8f zero = {0}, lo = zero - 127.0f, hi = zero + 127.0f;
     x = pick(x < lo, lo, x);
     x = pick(x > hi, hi, x);
-    v16f r = (x + 12582912.0f) - 12582912.0f;
-    v16f f = x - r;
-    v16f p = f * 1.535336188319500e-4f + 1.339887440266574e-3f;
+    v8f r = (x + 12582912.0f) - 12582912.0f;
+    v8f f = x - r;
+    v8f p = f * 1.535336188319500e-4f + 1.339887440266574e-3f;
     p = p * f + 9.618437357674640e-3f;
     p = p * f + 5.550332471162809e-2f;
     p = p * f + 2.402264791363012e-1f;
     p = p * f + 6.931472028550421e-1f;
     p = p * f + 1.0f;
-    v16i e = (__builtin_convertvector(r, v16i) + 127) << 23; /* 0 for r = −127: flushed to 0 */
-    return p * (v16f)e;
+    v8i e = (__builtin_convertvector(r, v8i) + 127) << 23; /* 0 for r = −127: flushed to 0 */
+    return p * (v8f)e;
 }
 
 /* One value's 2^x, by the same lanes: the same bits as the term fold_segment summed for it. */
 static float exp2_one(float x) {
-    const v16f zero = {0};
+    const v8f zero = {0};
     return exp2_lanes(zero + x)[0];
 }
 
 /* One segment of one row: blocks [b0, b1) of x (c = whole blocks), each block's max into
  * bmax[b], and Σ 2^(x − shift) over the segment: each term in float64 at once, in 16 fixed
- * lanes summed in order at the end. */
+ * lanes (column mod 16, acc[lane / 4][lane % 4]) summed in order at the end. */
 CLONES static double fold_segment(const float *x, float *bmax, int64_t b0, int64_t b1,
                                   float shift) {
-    v8d acc0 = {0}, acc1 = {0};
+    v4d acc[4] = {{0}};
     for (int64_t b = b0; b < b1; b++) {
-        v16f v[BLOCK / LANES];
+        v8f v[BLOCK / LANES];
         memcpy(v, x + b * BLOCK, sizeof v);
-        v16f m = vmax(vmax(v[0], v[1]), vmax(v[2], v[3]));
+        v8f m = v[0];
+        for (int g = 1; g < BLOCK / LANES; g++) m = vmax(m, v[g]);
         for (int g = 0; g < BLOCK / LANES; g++) {
-            v16f e = exp2_lanes(v[g] - shift);
-            acc0 += __builtin_convertvector(__builtin_shufflevector(e, e, 0, 1, 2, 3, 4, 5, 6, 7), v8d);
-            acc1 += __builtin_convertvector(
-                __builtin_shufflevector(e, e, 8, 9, 10, 11, 12, 13, 14, 15), v8d);
+            v8f e = exp2_lanes(v[g] - shift);
+            acc[2 * (g % 2)] += __builtin_convertvector(__builtin_shufflevector(e, e, 0, 1, 2, 3), v4d);
+            acc[2 * (g % 2) + 1] += __builtin_convertvector(__builtin_shufflevector(e, e, 4, 5, 6, 7), v4d);
         }
-        /* the block's max: the 16 lanes folded in halves */
-        m = vmax(m, __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
-        m = vmax(m, __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
-        m = vmax(m, __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
-        m = vmax(m, __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+        /* the block's max: the 8 lanes folded in halves */
+        m = vmax(m, __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3));
+        m = vmax(m, __builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5));
+        m = vmax(m, __builtin_shufflevector(m, m, 1, 0, 3, 2, 5, 4, 7, 6));
         bmax[b] = m[0];
     }
     double total = 0.0;
-    for (int j = 0; j < 8; j++) total += acc0[j];
-    for (int j = 0; j < 8; j++) total += acc1[j];
+    for (int a = 0; a < 4; a++)
+        for (int j = 0; j < 4; j++) total += acc[a][j];
     return total;
 }
 
