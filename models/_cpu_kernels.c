@@ -33,8 +33,8 @@
 #define CLONES
 #endif
 
-/* GCC's vector extensions, 8 lanes: one AVX2 register (one AVX-512 register's lower half, four
- * SSE ones' halves). 16-lane vectors were one AVX-512 register, but where the target has no
+/* GCC's vector extensions, 8 lanes: one AVX2 register (the lower half of an AVX-512 one, two SSE
+ * ones). 16-lane vectors were one AVX-512 register, but where the target has no
  * 64-byte vectors (AVX2) GCC kept them on the stack and compared and shuffled them lane by lane
  * (vcomiss, cmov, vinsertps): the AVX2 clone's fold ran ~10x slower than torch's exp2 over the
  * same logits on an AMD Zen 3 (2026-12-04). The lanes, and each lane's order of sums, are those
