@@ -15,6 +15,12 @@ searches at one connection's p50, so that whole batches finish in the cell), GET
 the descriptions and the swap to that generation (the server's log: the diff folded in, the
 search and more-like-this BM25 indexes rebuilt), with the BM25 builds at start and at the
 swap. Steps that grow faster than N show as a per-book cost that rises along the column.
+
+Beside each row, what a search and the memory are held to: the search's floor (one `attend` of
+B = 1 over N random unit keys per dense head, plus the real encoder on one query, both in this
+process) timed in turns with one client's GET /search once the server is ready (`Floor`), the
+search's p50 over it; and the server's RSS less that of a process holding the model alone, over
+the keys' bytes.
 """
 
 from __future__ import annotations
@@ -43,12 +49,16 @@ from benchmarks.growth_catalog import (
     synthetic_books,
     write_catalog,
 )
-from benchmarks.queries import percentile, unique_queries
+from benchmarks.queries import ANGLES, QUERIES, percentile, unique_queries
 from benchmarks.reindex import TimedEncoder
 from benchmarks.service import free_port, wrk_cells
 from indexer import db, pipeline
 from indexer.batches import FIELDS
 from indexer.settings import IndexSettings
+from models.encoder import Encoder
+from service.config.head_weights import DENSE_HEADS
+from service.config.settings import ServiceSettings
+from service.engine.startup import build_encoder
 
 _LOGS = {
     "bm25_s": re.compile(r"built the BM25 index of (\d+) books in ([\d.]+) s"),
@@ -135,8 +145,6 @@ def index(url: str, catalog: Path) -> dict[str, float]:
 def encoder_ceiling(books: list[dict[str, Any]]) -> float:
     """The real encoder's books/s on `books` (title and description each), as `attend index`
     builds it."""
-    from service.engine.startup import build_encoder
-
     encoder = build_encoder(IndexSettings())
     texts = [t for b in books for t in (b["title"], b["description"])]
     encoder.encode(texts[:8])
@@ -144,6 +152,85 @@ def encoder_ceiling(books: list[dict[str, Any]]) -> float:
     for i in range(0, len(texts), 64):
         encoder.encode(texts[i : i + 64])
     return len(books) / (time.perf_counter() - t0)
+
+
+class Floor:
+    """What one search over N books cannot go below: the encoder on one query (the service's
+    backend) and one `attend` of B = 1 over N random unit keys in the served (d, N) layout,
+    which a search runs once per dense head. Timed in this process in turns with one client's
+    GET /search on the server (idle between requests), so that both see the same machine: its
+    memory bandwidth, which the 1M-key pass is bound by, moved by a third within an hour here."""
+
+    def __init__(self, n: int, encoder: Encoder):
+        import torch
+
+        g = torch.Generator().manual_seed(n)
+        keys = torch.randn(n, StandInEncoder.dim, generator=g)
+        keys /= keys.norm(dim=1, keepdim=True)
+        self.keys = keys.T.contiguous().T  # (N, d), a view of (d, N) memory, as served
+        del keys
+        self.q = torch.randn(64, StandInEncoder.dim, generator=g)
+        self.q /= self.q.norm(dim=1, keepdim=True)
+        self.encoder = encoder
+
+    def attend_ms(self, calls: int) -> float:
+        from models.attention import attend
+
+        q, keys = self.q, self.keys
+        return p50_of(lambda i: attend(q[i : i + 1], keys, k=10, scale=20.0), calls)
+
+    def in_turns(self, client: httpx.Client, rounds: int = 5, calls: int = 8) -> dict[str, Any]:
+        """Per round: `calls` GET /search of queries never asked (no query cache), then the
+        encoder and `attend` on as many; p50s in ms, and each round's p50 over its floor."""
+        texts = [f"{q}, {angle}" for angle in ANGLES for q in QUERIES]  # not wrk's texts
+        self.attend_ms(1)  # the BLAS choice and first touch out of the timing
+        self.encoder.encode(texts[-1:])
+        client.get("/search", params={"q": texts[-1]})
+        rows = []
+        for r in range(rounds):
+            batch = texts[r * calls : (r + 1) * calls]
+            search = p50_ms(lambda i, b=batch: client.get("/search", params={"q": b[i]}), calls)
+            encoder = p50_of(lambda i, b=batch: self.encoder.encode([b[i]]), calls)
+            attend = self.attend_ms(calls)
+            floor = len(DENSE_HEADS) * attend + encoder
+            rows.append(
+                {
+                    "search_ms": search,
+                    "encoder_ms": encoder,
+                    "attend_ms": attend,
+                    "floor_ms": floor,
+                    "ratio": search / floor,
+                }
+            )
+        mid = sorted(rows, key=lambda row: row["ratio"])[len(rows) // 2]
+        return {**mid, "ratios": [row["ratio"] for row in rows]}
+
+
+def model_rss_bytes() -> int:
+    """The resident memory of a process that holds the service's encoder after one query: the
+    runtime and the model, which a server of any catalog holds too."""
+    code = (
+        "import re, pathlib\n"
+        "from service.config.settings import ServiceSettings\n"
+        "from service.engine.startup import build_encoder\n"
+        "build_encoder(ServiceSettings()).encode(['a query'])\n"
+        "status = pathlib.Path('/proc/self/status').read_text()\n"
+        "print(re.findall(r'VmRSS:\\s+(\\d+) kB', status)[0])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600
+    )
+    return int(done.stdout.split()[-1]) * 1024
+
+
+def p50_of(run: Any, n: int) -> float:
+    """p50 in ms of run(i) for i < n."""
+    times = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        run(i)
+        times.append((time.perf_counter() - t0) * 1000)
+    return percentile(times, 50)
 
 
 def p50_ms(send: Any, n: int) -> float:
@@ -158,14 +245,18 @@ def p50_ms(send: Any, n: int) -> float:
 
 
 def serve_and_measure(
-    url: str, n: int, catalog: Path, folder: Path, seconds: float
+    url: str, n: int, catalog: Path, folder: Path, seconds: float, *, encoder: Encoder
 ) -> dict[str, Any]:
+    floor = Floor(n, encoder)  # its keys built before the server starts, not while it is timed
     server = LoggedServer(url, folder / f"serve-{n}.log")
     try:
         ready_s = server.wait_ready()
         rss = server.rss_bytes()
+        with httpx.Client(base_url=server.base, timeout=120) as client:
+            against_floor = floor.in_turns(client)
+        del floor
         queries = unique_queries()
-        search = {}
+        search: dict[int, dict[str, Any]] = {}
         for c in (1, 32):
             # long enough for a few batches of c at one client's latency: at 1M books a batch
             # of 32 outlasts 4 s, and wrk counts no request still in flight when it stops
@@ -196,6 +287,7 @@ def serve_and_measure(
     return {
         "start_to_ready_s": ready_s,
         "rss_bytes": rss,
+        "floor": against_floor,
         "search": {
             c: {k: row[k] for k in ("rps", "p50_ms", "p99_ms")} for c, row in search.items()
         },
@@ -210,14 +302,14 @@ def serve_and_measure(
     }
 
 
-def grow(n: int, source: Source, folder: Path, seconds: float) -> dict[str, Any]:
+def grow(n: int, source: Source, folder: Path, seconds: float, encoder: Encoder) -> dict[str, Any]:
     catalog = folder / f"books-{n}.jsonl"
     write_catalog(catalog, synthetic_books(source, n))
     url = f"sqlite:///{folder / f'growth-{n}.db'}"
     log(f"N={n}: indexing …")
     built = index(url, catalog)
     log(f"N={n}: {built['pipeline_books_per_s']:.0f} books/s beside the stand-in; serving …")
-    served = serve_and_measure(url, n, catalog, folder, seconds)
+    served = serve_and_measure(url, n, catalog, folder, seconds, encoder=encoder)
     keys_bytes = n * len(FIELDS) * StandInEncoder.dim * 4
     return {"books": n, "index": built, "keys_bytes": keys_bytes, **served}
 
@@ -265,7 +357,7 @@ def lexical_versus(n: int, source: Source, rounds: int = 2) -> dict[str, Any]:
     return {"books": n, "seconds": times, "after_over_before": after / before}
 
 
-def report(rows: list[dict[str, Any]], ceiling: float) -> None:
+def report(rows: list[dict[str, Any]], ceiling: float, model_rss: int) -> None:
     def ms(x: float | None) -> str:
         return "-" if x is None else f"{x:.1f}"
 
@@ -292,6 +384,27 @@ def report(rows: list[dict[str, Any]], ceiling: float) -> None:
         f"\nindex books/s: the pipeline's own (the stand-in encoder's time taken out); the real "
         f"encoder embeds {ceiling:.1f} books/s here, the ceiling of a real index's rate. RSS: "
         "the server's after start (the model included)."
+    )
+    bounds = []
+    for r in rows:
+        f = r["floor"]
+        bounds.append(
+            [
+                f"{r['books']:,}",
+                f"{f['search_ms']:.1f}",
+                f"{len(DENSE_HEADS)} × {f['attend_ms']:.2f} + {f['encoder_ms']:.2f}",
+                f"{f['ratio']:.2f}x ({min(f['ratios']):.2f}-{max(f['ratios']):.2f})",
+                f"{(r['rss_bytes'] - model_rss) / r['keys_bytes']:.2f}x",
+            ]
+        )
+    header = ["books", "search p50 ms", "floor: attend ms × heads + encoder ms"]
+    out("\n" + table([*header, "search / floor", "(RSS - model) / keys"], bounds))
+    out(
+        f"\nsearch / floor: {len(r['floor']['ratios'])} rounds in turns, each 8 GET /search "
+        "(queries never asked, one client) then the floor on as many: one attend of B = 1 over "
+        "N random unit keys per dense head and the service's encoder on one query, in this "
+        "process; the median round (the range in brackets). model: the RSS of a process "
+        f"holding the service's encoder alone, {model_rss / 2**20:.0f} MiB."
     )
 
 
@@ -328,11 +441,13 @@ def main() -> None:
         folder = args.folder or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         ceiling = encoder_ceiling(list(synthetic_books(source, 128, seed=7)))
-        rows = [grow(n, source, folder, args.seconds) for n in args.sizes]
+        model_rss = model_rss_bytes()
+        encoder = build_encoder(ServiceSettings())
+        rows = [grow(n, source, folder, args.seconds, encoder) for n in args.sizes]
     if args.json:
-        dump_json({"encoder_books_per_s": ceiling, "rows": rows})
+        dump_json({"encoder_books_per_s": ceiling, "model_rss_bytes": model_rss, "rows": rows})
     else:
-        report(rows, ceiling)
+        report(rows, ceiling, model_rss)
 
 
 if __name__ == "__main__":

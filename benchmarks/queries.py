@@ -25,7 +25,7 @@ QUERIES = [
     "climate change",
     "biography of a scientist",
 ]
-_ANGLES = [
+ANGLES = [
     "for beginners", "history of", "a novel about", "the best book on", "introduction to",
     "classic", "modern", "illustrated", "short", "biography", "essays on", "a guide to",
     "the science of", "stories about", "textbook", "funny", "dark", "young adult", "memoir",
@@ -35,7 +35,7 @@ _ANGLES = [
 
 def unique_queries() -> list[str]:
     """400 distinct texts, so that no request is answered by the query cache."""
-    return [f"{angle} {query}" for angle in _ANGLES for query in QUERIES]
+    return [f"{angle} {query}" for angle in ANGLES for query in QUERIES]
 
 
 def percentile(values: list[float], p: float) -> float:
