@@ -234,14 +234,14 @@ def p50_of(run: Any, n: int) -> float:
 
 
 def p50_ms(send: Any, n: int) -> float:
-    times = []
-    for i in range(n):
-        t0 = time.perf_counter()
+    """p50 in ms of the requests send(i) for i < n, each of which must answer 200."""
+
+    def checked(i: int) -> None:
         response = send(i)
         if response.status_code != 200:
             raise RuntimeError(f"{response.request.url} answered {response.status_code}")
-        times.append((time.perf_counter() - t0) * 1000)
-    return percentile(times, 50)
+
+    return p50_of(checked, n)
 
 
 def serve_and_measure(
@@ -400,7 +400,7 @@ def report(rows: list[dict[str, Any]], ceiling: float, model_rss: int) -> None:
     header = ["books", "search p50 ms", "floor: attend ms × heads + encoder ms"]
     out("\n" + table([*header, "search / floor", "(RSS - model) / keys"], bounds))
     out(
-        f"\nsearch / floor: {len(r['floor']['ratios'])} rounds in turns, each 8 GET /search "
+        f"\nsearch / floor: {len(rows[0]['floor']['ratios'])} rounds in turns, each 8 GET /search "
         "(queries never asked, one client) then the floor on as many: one attend of B = 1 over "
         "N random unit keys per dense head and the service's encoder on one query, in this "
         "process; the median round (the range in brackets). model: the RSS of a process "
