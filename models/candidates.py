@@ -43,25 +43,55 @@ def scored_top(
     lse = torch.empty(heads[0].scores.shape[0], len(heads), dtype=torch.float64)
     top: TopLists = []
     for j, head in enumerate(heads):
-        logits = scored_logits(head, mask)  # (B, N)
+        cols, logits = support_logits(head, mask)  # (B, M) each
         lse[:, j] = torch.logsumexp(logits, dim=-1)
-        top_logits, top_idx = logits.topk(k, dim=-1)
+        top_logits, at = logits.topk(min(k, logits.shape[1]), dim=-1)
         ok = torch.isfinite(top_logits)
+        idx = torch.where(ok, cols.gather(1, at), -1)
+        raw = head.scores.gather(1, idx.clamp_min(0).to(head.scores.device)).cpu().double()
         top.append(
             (
-                torch.where(ok, top_idx, -1),
-                torch.where(ok, (top_logits - lse[:, j : j + 1]).exp(), 0.0),
-                head.scores.double().gather(1, top_idx),
+                _pad(idx, k, -1),
+                _pad(torch.where(ok, (top_logits - lse[:, j : j + 1]).exp(), 0.0), k, 0.0),
+                _pad(torch.where(ok, raw, -math.inf), k, -math.inf),
             )
         )
     return top, lse
 
 
-def scored_logits(head: ScoredHead, mask: Tensor | None) -> Tensor:
-    logits = head.scores.double() * head.scale  # (B, N)
+def support_logits(head: ScoredHead, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """A scored head's columns and logits (B, M) float64, −inf where a book is left out or
+    masked. A head with few finite scores (`ScoredHead.support`) has them packed to the left
+    (M: the most a row holds; padding −inf, column 0), and the top-k and log-sum-exp read those
+    rather than N mostly −inf; otherwise M = N."""
+    scores = head.scores.cpu()
+    B, N = scores.shape
+    if head.support is None:
+        keep = torch.isfinite(scores)
+        if mask is not None:
+            keep &= mask.cpu().to(torch.bool)
+        logits = (scores.double() * head.scale).masked_fill(~keep, -math.inf)
+        return torch.arange(N).expand(B, N), logits
+    rows, cols = head.support  # row-major: each row's books in column order
     if mask is not None:
-        logits = logits.masked_fill(~mask.cpu(), -math.inf)
-    return logits
+        m = mask.cpu().to(torch.bool)
+        unmasked = m[cols] if m.dim() == 1 else m[rows, cols]
+        rows, cols = rows[unmasked], cols[unmasked]
+    if B == 1:  # one query: its books are the row, as they are
+        return cols[None], (scores[0, cols].double() * head.scale)[None]
+    count = torch.bincount(rows, minlength=B)  # (B,)
+    at = torch.arange(rows.shape[0]) - (count.cumsum(0) - count)[rows]  # place within its row
+    M = int(count.max()) if B else 0
+    logits = torch.full((B, M), -math.inf, dtype=torch.float64)
+    logits[rows, at] = scores[rows, cols].double() * head.scale
+    packed = torch.zeros(B, M, dtype=torch.long)
+    packed[rows, at] = cols
+    return packed, logits
+
+
+def _pad(x: Tensor, k: int, fill: float) -> Tensor:
+    """x (B, k') padded on the right to (B, k) with `fill`: a head holding fewer than k books."""
+    return torch.nn.functional.pad(x, (0, k - x.shape[1]), value=fill) if x.shape[1] < k else x
 
 
 def exact_in_lists(scores: Tensor, cand: Tensor, top: TopLists) -> None:

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -46,6 +48,18 @@ class ScoredHead:
 
     scores: Tensor  # (B, N) float
     scale: float
+
+    @cached_property
+    def support(self) -> tuple[Tensor, Tensor] | None:
+        """(rows, cols) of the finite scores, row-major, when at most half of (B, N) is finite,
+        else None. The lexical head holds only the books with a query term (3-34% of a 1M-book
+        catalog for the benchmarks' queries), and passes over those beat passes over N mostly
+        −inf. numpy's: torch's isfinite and nonzero took 5 ms over (1, 1M) here, numpy's 1."""
+        finite = np.isfinite(self.scores.cpu().numpy())
+        if 2 * np.count_nonzero(finite) > finite.size:
+            return None
+        rows, cols = np.nonzero(finite)
+        return torch.from_numpy(rows), torch.from_numpy(cols)
 
 
 # per head: its top rows (B, k') int64, −1 padded, their weights (B, k') float64, 0 padded, and
@@ -203,6 +217,9 @@ class LocalDenseHeads:
         C = self.chunk_size or chunk_for(8 * B, N, device)
         pi, lse, cand = pi.to(device), lse.to(device), (cand - self.offset).to(device)
         mask = None if self.mask is None else self.mask.to(device)
+        # log π_h − lse_h (B, H): a term is exp(scale_h s − lse_h + log π_h), one pass fewer
+        shift = (pi.log() - lse).to(device)
+        sparse = [SparseTerms.of(sh, shift[:, j], device) for j, sh in enumerate(scored, Hd)]
         scores = torch.zeros(B, cand.shape[1], Hd, dtype=torch.float64, device=device)
         total = torch.zeros(B, dtype=torch.float64, device=device)
         for start in range(0, N, C):
@@ -223,13 +240,58 @@ class LocalDenseHeads:
                     kc = head.keys[start:stop]
                     s.copy_(raw_scores(head.q.to(kc.device), kc))  # (B, c)
                 scores[:, :, h] = torch.where(inside, s.gather(1, at), scores[:, :, h])
-                w.add_(s.mul_(head.scale).sub_(lse[:, h : h + 1]).exp_().mul_(pi[:, h : h + 1]))
-            for j, sh in enumerate(scored, start=Hd):
+                w.add_(s.mul_(head.scale).add_(shift[:, h : h + 1]).exp_())
+            for j, (sh, terms) in enumerate(zip(scored, sparse, strict=True), start=Hd):
+                if terms is not None:  # the few books the head holds
+                    terms.add_to(w, start, stop)
+                    continue
                 s.copy_(sh.scores[:, start:stop])
-                w.add_(s.mul_(sh.scale).sub_(lse[:, j : j + 1]).exp_().mul_(pi[:, j : j + 1]))
+                w.add_(s.mul_(sh.scale).add_(shift[:, j : j + 1]).exp_())
             if mask is not None:
                 w.mul_(mask[..., start:stop])
             # −Σ w log w over w > 0 (a fully masked row's w is inf · 0 = NaN: it adds nothing)
-            s.copy_(w).clamp_min_(1e-300).log_().mul_(w).masked_fill_(~(w > 0), 0.0)
-            total -= s.sum(-1)
+            # (log 0 · 0 is NaN too: w = 0 adds nothing, as it should; xlogy took twice as long)
+            total -= s.copy_(w).log_().mul_(w).nansum(-1)
         return scores.cpu(), total.cpu()
+
+
+@dataclass(frozen=True)
+class SparseTerms:
+    """A scored head's part of the sweep's w when it holds few books (the lexical head: the
+    books with a query term): exp(scale · s − lse + log π) of its finite scores only, flat
+    positions b · N + i ascending."""
+
+    where: Tensor  # (nnz,) int64 b · N + i
+    terms: Tensor  # (nnz,) float64
+    size: int  # N
+
+    @classmethod
+    def of(cls, head: ScoredHead, shift: Tensor, device: torch.device) -> SparseTerms | None:
+        """The head's terms (shift (B,): log π − lse), or None when it holds over half of (B, N):
+        then the dense pass is the cheaper."""
+        if head.support is None:
+            return None
+        rows, cols = head.support
+        N = head.scores.shape[1]
+        where = rows * N + cols
+        terms = (head.scores.cpu().reshape(-1)[where].double() * head.scale).to(device)
+        return cls(where.to(device), terms.add_(shift[rows]).exp_(), N)
+
+    def add_to(self, w: Tensor, start: int, stop: int) -> None:
+        """Add the terms of columns [start, stop) into w (B, stop − start)."""
+        B, c = w.shape
+        if start == 0 and stop == self.size:  # one chunk: b · N + i is where w holds it
+            w.view(-1).index_add_(0, self.where, self.terms)
+            return
+        rows = torch.arange(B, device=w.device)
+        lo = torch.searchsorted(self.where, rows * self.size + start)  # (B,)
+        hi = torch.searchsorted(self.where, rows * self.size + stop)
+        if B == 1:
+            take = torch.arange(int(lo[0]), int(hi[0]), device=w.device)  # contiguous
+        else:
+            counts = hi - lo
+            take = torch.repeat_interleave(lo - (counts.cumsum(0) - counts), counts)
+            take += torch.arange(int(counts.sum()), device=w.device)
+        where = self.where[take]
+        b, i = where // self.size, where % self.size
+        w.view(-1).index_add_(0, b * c + (i - start), self.terms[take])

@@ -89,6 +89,52 @@ def test_the_mixture_top_k_is_exact(
     assert got.matched.tolist() == [want_matched] * B
 
 
+@pytest.mark.parametrize("B", [1, 3])
+@pytest.mark.parametrize("chunk_size", [None, 512])
+@pytest.mark.parametrize("mask_shape", [None, "N", "BN"])
+def test_a_head_holding_few_books_is_exact(
+    B: int, chunk_size: int | None, mask_shape: str | None
+) -> None:
+    """A lexical head as the search builds it, −inf on every book without a query term: its
+    top-k, log-sum-exp and share of the entropy come from its few finite scores
+    (`ScoredHead.support`), each query its own books, in one chunk or several."""
+    N, d, k = 3000, 16, 7
+    g = torch.Generator().manual_seed(6)
+    q = _unit(B, d, 1)
+    bm25 = torch.full((B, N), -math.inf)
+    for b in range(B):  # each query's own books, the last chunk's included
+        cols = torch.randperm(N, generator=g)[: 60 + 40 * b]
+        bm25[b, cols] = 1 + torch.rand(len(cols), generator=g) * 11
+    head = ScoredHead(bm25, 1.0)
+    assert head.support is not None
+    heads: list[DenseHead | ScoredHead] = [DenseHead(q, _unit(N, d, 2), 20.0), head]
+    pi = torch.tensor([[0.4, 0.6], [0.9, 0.1], [0.2, 0.8]])[:B]
+    mask = None
+    if mask_shape is not None:
+        shape = (N,) if mask_shape == "N" else (B, N)
+        mask = torch.rand(shape, generator=g) > 0.3
+    got = _mix(heads, pi, k=k, mask=mask, chunk_size=chunk_size, entropy=True)
+    want_w, want_p = _brute(heads, pi, mask)
+    top_w, top_i = want_w.topk(k, dim=-1)
+    assert torch.equal(got.indices, top_i)
+    torch.testing.assert_close(got.weights, top_w, rtol=1e-5, atol=1e-9)
+    want_probs = want_p.gather(1, top_i[:, :, None].expand(-1, -1, 2))
+    torch.testing.assert_close(got.probs, want_probs, rtol=1e-5, atol=1e-9)
+    ent = -(want_w * want_w.clamp_min(1e-300).log()).sum(-1)
+    torch.testing.assert_close(got.entropy, ent, rtol=1e-5, atol=1e-6)
+
+
+def test_support_is_none_for_a_head_holding_most_books() -> None:
+    """Past half of (B, N) finite, the dense passes are the cheaper: no support."""
+    scores = torch.zeros(2, 100)
+    scores[:, :40] = -math.inf
+    assert ScoredHead(scores, 1.0).support is None
+    scores[:, :60] = -math.inf
+    rows, cols = ScoredHead(scores, 1.0).support or (None, None)
+    assert rows is not None and cols is not None
+    assert rows.tolist() == [0] * 40 + [1] * 40 and cols.tolist() == list(range(60, 100)) * 2
+
+
 def test_the_mixture_needs_more_rounds_when_heads_disagree() -> None:
     # two heads whose top lists are disjoint and flat: the threshold forces a larger k'
     N, k = 2000, 5

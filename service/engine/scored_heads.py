@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -37,9 +38,13 @@ def lexical_head(
 ) -> tuple[ScoredHead, list[bool]]:
     """BM25 scores (B, N) → the lexical head and, per query, whether it has evidence."""
     B, N = scores.shape
-    evidence = ((scores > 0) & kept(mask, B, N)).any(-1)  # (B,)
-    no_term = (scores <= 0) & evidence[:, None]
-    return ScoredHead(scores.masked_fill(no_term, -math.inf), scale), evidence.tolist()
+    # in numpy: torch's comparisons and masked fill took 3.7 ms over (1, 1M) here
+    s = scores.cpu().numpy()
+    term = s > 0  # (B, N)
+    within = term if mask is None else term & kept(mask, B, N).numpy()
+    evidence: np.ndarray = np.any(within, axis=-1)  # (B,)
+    out = np.where(term | ~evidence[:, None], s, s.dtype.type(-math.inf))
+    return ScoredHead(torch.from_numpy(out), scale), [bool(e) for e in evidence]
 
 
 def restricted_head(
