@@ -66,11 +66,10 @@ def support_logits(head: ScoredHead, mask: Tensor | None) -> tuple[Tensor, Tenso
     rather than N mostly −inf; otherwise M = N."""
     scores = head.scores.cpu()
     B, N = scores.shape
-    if head.support is None:
-        keep = torch.isfinite(scores)
+    if head.support is None:  # a −inf score is a −inf logit already: only the mask to apply
+        logits = scores.double() * head.scale  # (B, N)
         if mask is not None:
-            keep &= mask.cpu().to(torch.bool)
-        logits = (scores.double() * head.scale).masked_fill(~keep, -math.inf)
+            logits = logits.masked_fill(~mask.cpu().to(torch.bool), -math.inf)
         return torch.arange(N).expand(B, N), logits
     rows, cols = head.support  # row-major: each row's books in column order
     if mask is not None:

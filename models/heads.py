@@ -218,7 +218,7 @@ class LocalDenseHeads:
         pi, lse, cand = pi.to(device), lse.to(device), (cand - self.offset).to(device)
         mask = None if self.mask is None else self.mask.to(device)
         # log π_h − lse_h (B, H): a term is exp(scale_h s − lse_h + log π_h), one pass fewer
-        shift = (pi.log() - lse).to(device)
+        shift = pi.log() - lse
         sparse = [SparseTerms.of(sh, shift[:, j], device) for j, sh in enumerate(scored, Hd)]
         scores = torch.zeros(B, cand.shape[1], Hd, dtype=torch.float64, device=device)
         total = torch.zeros(B, dtype=torch.float64, device=device)
@@ -286,12 +286,9 @@ class SparseTerms:
         rows = torch.arange(B, device=w.device)
         lo = torch.searchsorted(self.where, rows * self.size + start)  # (B,)
         hi = torch.searchsorted(self.where, rows * self.size + stop)
-        if B == 1:
-            take = torch.arange(int(lo[0]), int(hi[0]), device=w.device)  # contiguous
-        else:
-            counts = hi - lo
-            take = torch.repeat_interleave(lo - (counts.cumsum(0) - counts), counts)
-            take += torch.arange(int(counts.sum()), device=w.device)
+        counts = hi - lo  # each row's terms in the chunk: [lo, hi) of `where`, concatenated
+        take = torch.repeat_interleave(lo - (counts.cumsum(0) - counts), counts)
+        take += torch.arange(int(counts.sum()), device=w.device)
         where = self.where[take]
         b, i = where // self.size, where % self.size
         w.view(-1).index_add_(0, b * c + (i - start), self.terms[take])
