@@ -3,9 +3,11 @@
 #   1. benchmarks/gpu.py: the core on CUDA, N up to 10M in fp16/bf16, against the copy bandwidth
 #      (exits at once, saying so, where torch sees no CUDA device);
 #   2. benchmarks.service at 1 and 32 clients on the same index, the server on CUDA and on the
-#      CPU in turn: the service's q/s on the GPU against the CPU's.
+#      CPU in turn: the service's q/s on the GPU against the CPU's;
+#   3. benchmarks.batch_floor on the same index and devices: a batch of B = 32 and 256 searches
+#      in one process against its floor (the encoder and one attend per dense head).
 # Without a GPU step 1 says so and step 2 runs its CPU half. Results go to $OUT (default
-# benchmarks/results/device): gpu.json, gpu.txt, service-<device>.json.
+# benchmarks/results/device): gpu.json, gpu.txt, service-<device>.json, batch-<device>-<B>.json.
 #
 #   bash benchmarks/device_check.sh                     # the shared catalog, else the demo one
 #   CATALOG=indexer/data/demo_books.jsonl SECONDS_PER_CELL=3 bash benchmarks/device_check.sh
@@ -47,4 +49,15 @@ rows = json.load(open(sys.argv[1]))["rows"]
 for r in rows:
     print(f"{sys.argv[2]}: {r['mode']} {r['clients']} clients {r['qps']:.1f} q/s p50 {r['p50_ms']:.1f} ms")
 EOF
+done
+
+echo "== 3. benchmarks.batch_floor on: $DEVICES"
+for device in $DEVICES; do
+    for B in 32 256; do
+        ATTEND_DEVICE="$device" timeout 120 "$PY" -m benchmarks.batch_floor \
+            --database-url "sqlite:///$DB" --batch "$B" --rounds 3 --json \
+            > "$OUT/batch-$device-$B.json" || echo "benchmarks.batch_floor on $device, B = $B failed"
+        "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])); print(f\"{sys.argv[2]}: B = {r['B']} batch {r['batch_qps']:.1f} q/s, floor {r['floor_qps']:.1f}, batch/floor {r['batch_over_floor']:.2f}\")" \
+            "$OUT/batch-$device-$B.json" "$device" || true
+    done
 done

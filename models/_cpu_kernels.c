@@ -6,6 +6,13 @@
  *               it once (a block-max pass, exp2 in place, a scatter, a sum) and ran two top-ks.
  * exact_scores: the winners' q·k in float64, the keys' columns taken in ascending order, so a
  *               (d, N) layout is read row by row instead of one cache line per element.
+ * positive_support: a scored head's support, the columns of each row's positive scores, and
+ *               −inf written over the rest, in one read of the row for each, where numpy's
+ *               comparisons, nonzero and masked fill read a (B, N) batch eight times.
+ * sweep_entropy: the mixture's entropy −Σ w log w from the heads' kept scores in one read of
+ *               them (a head of few books at those books alone), w summed a cache-sized piece
+ *               of a row at a time, where torch's passes read and wrote (B, N) float64 a
+ *               dozen times.
  *
  * Every result is the same on every x86 CPU: no fused multiply-add (-ffp-contract=off in
  * setup.py), fixed lanes for every sum, and the same scalar code under each target clone.
@@ -42,6 +49,7 @@
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef double v4d __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
 #define INLINE static inline __attribute__((always_inline))
 #pragma GCC diagnostic ignored "-Wpsabi" /* inlined everywhere: no vector crosses a call */
 
@@ -346,9 +354,260 @@ static PyObject *exact_scores(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+
+typedef struct {
+    float *s;
+    int64_t n;
+    const int64_t *offsets; /* NULL: count only, into counts */
+    int64_t *counts, *cols;
+    int64_t first, last; /* rows */
+} SupportJob;
+
+static void *support_rows(void *arg) {
+    SupportJob *job = (SupportJob *)arg;
+    for (int64_t b = job->first; b < job->last; b++) {
+        float *x = job->s + b * job->n;
+        if (!job->offsets) {
+            int64_t c = 0;
+            for (int64_t i = 0; i < job->n; i++) c += x[i] > 0.0f;
+            job->counts[b] = c;
+            continue;
+        }
+        if (job->offsets[b + 1] == job->offsets[b]) continue; /* no positive score: as it is */
+        int64_t *out = job->cols + job->offsets[b];
+        for (int64_t i = 0; i < job->n; i++) {
+            if (x[i] > 0.0f) *out++ = i;
+            else x[i] = -INFINITY;
+        }
+    }
+    return NULL;
+}
+
+/* positive_support(s, B, n, offsets, counts, cols, threads)
+ *   s       float32 (B, n) contiguous, scores ≥ 0 (BM25)
+ *   offsets 0: counts each row's positive scores into counts (B,) int64
+ *           else int64 (B + 1,) the running sum of those counts: each row's columns of a
+ *           positive score into cols[offsets[b]:offsets[b + 1]], ascending, and −inf over the
+ *           row's other scores (a row with none left as it is)
+ */
+static PyObject *positive_support(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long ps, poffsets, pcounts, pcols;
+    Py_ssize_t B, n;
+    int threads;
+    if (!PyArg_ParseTuple(args, "KnnKKKi", &ps, &B, &n, &poffsets, &pcounts, &pcols, &threads))
+        return NULL;
+    if (B <= 0 || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "positive_support: need B > 0, n ≥ 0");
+        return NULL;
+    }
+    threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    if ((int64_t)B * n < (1 << 18)) threads = 1;
+    if (threads > B) threads = (int)B;
+    Py_BEGIN_ALLOW_THREADS
+    SupportJob jobs[MAX_THREADS];
+    for (int t = 0; t < threads; t++)
+        jobs[t] = (SupportJob){(float *)(uintptr_t)ps, n, (const int64_t *)(uintptr_t)poffsets,
+                               (int64_t *)(uintptr_t)pcounts, (int64_t *)(uintptr_t)pcols,
+                               B * t / threads, B * (t + 1) / threads};
+    run_split(support_rows, jobs, sizeof(SupportJob), threads);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* ln x for float32, 8 at a time, Cephes' logf: x = m · 2^e with m in [√½, √2), a degree-9
+ * polynomial for ln(1 + f), f = m − 1 (≤ 1 ulp over the normal floats). Only for x ≥ FLT_MIN. */
+INLINE v8f log_lanes(v8f x) {
+    v8i bits = (v8i)x;
+    v8i e = ((bits >> 23) & 0xff) - 126;
+    v8f m = (v8f)((bits & 0x007fffff) | 0x3f000000); /* [0.5, 1) */
+    v8i small = m < 0.707106781186547524f;
+    e = e + small; /* small is −1 where true */
+    v8f f = pick(small, m + m, m) - 1.0f;
+    v8f z = f * f;
+    v8f y = f * 7.0376836292e-2f - 1.1514610310e-1f;
+    y = y * f + 1.1676998740e-1f;
+    y = y * f - 1.2420140846e-1f;
+    y = y * f + 1.4249322787e-1f;
+    y = y * f - 1.6668057665e-1f;
+    y = y * f + 2.0000714765e-1f;
+    y = y * f - 2.4999993993e-1f;
+    y = y * f + 3.3333331174e-1f;
+    y = y * f * z;
+    v8f fe = __builtin_convertvector(e, v8f);
+    y = y + fe * -2.12194440e-4f;
+    y = y - z * 0.5f;
+    return (f + y) + fe * 0.693359375f;
+}
+
+#define SWEEP_PIECE 512 /* columns of a row worked at once: w stays in L1 */
+#define MAX_HEADS 16
+
+typedef struct {
+    int64_t B, n, H, S; /* H heads read whole, then S read at their support alone */
+    const float *const *scores; /* H + S pointers: head h's score of (b, i) at
+                                   scores[h][b·stride[h] + i] */
+    const int64_t *stride;
+    const double *scale2;  /* (H + S,) log2(e) · scale_h */
+    const double *shift2;  /* (B, H + S) log2(e) · (log π_bh − lse_bh) */
+    const int64_t *const *cols;    /* S pointers: a sparse head's columns, row by row, ascending */
+    const int64_t *const *offsets; /* S pointers: (B + 1,) where each row's columns start */
+    const uint8_t *mask;           /* NULL, or (B, n) with mask_stride n, or (n,) with 0 */
+    int64_t mask_stride, segs, first, last;
+    double *partial; /* (B · segs,) each item's Σ w ln w */
+} SweepJob;
+
+/* Σ w ln w over columns [c0, c1) of row b, w = Σ_h 2^(scale2_h · s + shift2_bh) + the sparse
+ * heads' terms, 0 where masked; each w in float32, the sum in float64 lanes. */
+CLONES static double sweep_segment(const SweepJob *job, int64_t b, int64_t c0, int64_t c1) {
+    float w[SWEEP_PIECE] __attribute__((aligned(32)));
+    v4d acc[2] = {{0}};
+    double tail = 0.0;
+    int64_t at[MAX_HEADS];
+    for (int64_t s = 0; s < job->S; s++) { /* the row's first entry at or past c0 */
+        int64_t lo = job->offsets[s][b], hi = job->offsets[s][b + 1];
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (job->cols[s][mid] < c0) lo = mid + 1;
+            else hi = mid;
+        }
+        at[s] = lo;
+    }
+    for (int64_t p0 = c0; p0 < c1; p0 += SWEEP_PIECE) {
+        int64_t len = c1 - p0 < SWEEP_PIECE ? c1 - p0 : SWEEP_PIECE;
+        int64_t whole = len / LANES * LANES;
+        for (int64_t h = 0; h < job->H; h++) {
+            const float *x = job->scores[h] + b * job->stride[h] + p0;
+            const double a = job->scale2[h], c = job->shift2[b * (job->H + job->S) + h];
+            const v4d va = {a, a, a, a}, vc = {c, c, c, c};
+            for (int64_t j = 0; j < whole; j += LANES) {
+                v8f v;
+                memcpy(&v, x + j, sizeof v);
+                v4d lo = __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), v4d);
+                v4d hi = __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), v4d);
+                v8f e = exp2_lanes(__builtin_shufflevector(
+                    __builtin_convertvector(lo * va + vc, v4f),
+                    __builtin_convertvector(hi * va + vc, v4f), 0, 1, 2, 3, 4, 5, 6, 7));
+                v8f prev;
+                memcpy(&prev, w + j, sizeof prev);
+                prev = h == 0 ? e : prev + e;
+                memcpy(w + j, &prev, sizeof prev);
+            }
+            for (int64_t j = whole; j < len; j++) {
+                float e = exp2_one((float)((double)x[j] * a + c));
+                w[j] = h == 0 ? e : w[j] + e;
+            }
+        }
+        if (job->H == 0) memset(w, 0, sizeof(float) * len);
+        for (int64_t s = 0; s < job->S; s++) { /* 8 of the head's books at a time */
+            const int64_t h = job->H + s, *cols = job->cols[s], end = job->offsets[s][b + 1];
+            const float *x = job->scores[h] + b * job->stride[h];
+            const double a = job->scale2[h], c = job->shift2[b * (job->H + job->S) + h];
+            int64_t i = at[s], stop = i;
+            while (stop < end && cols[stop] < p0 + len) stop++;
+            for (; i + LANES <= stop; i += LANES) {
+                v8f v;
+                for (int j = 0; j < LANES; j++) v[j] = (float)((double)x[cols[i + j]] * a + c);
+                v8f e = exp2_lanes(v);
+                for (int j = 0; j < LANES; j++) w[cols[i + j] - p0] += e[j];
+            }
+            for (; i < stop; i++) w[cols[i] - p0] += exp2_one((float)((double)x[cols[i]] * a + c));
+            at[s] = i;
+        }
+        if (job->mask) {
+            const uint8_t *m = job->mask + b * job->mask_stride + p0;
+            for (int64_t j = 0; j < len; j++) w[j] = m[j] ? w[j] : 0.0f;
+        }
+        for (int64_t j = 0; j < whole; j += LANES) {
+            v8f v;
+            memcpy(&v, w + j, sizeof v);
+            v8i live = v >= 1.17549435e-38f; /* FLT_MIN: below it a term is < 1e-36, and 0 */
+            v8f safe = pick(live, v, v - v + 1.0f);
+            v8f t = pick(live, v * log_lanes(safe), v - v);
+            acc[0] += __builtin_convertvector(__builtin_shufflevector(t, t, 0, 1, 2, 3), v4d);
+            acc[1] += __builtin_convertvector(__builtin_shufflevector(t, t, 4, 5, 6, 7), v4d);
+        }
+        for (int64_t j = whole; j < len; j++) {
+            if (w[j] >= 1.17549435e-38f) {
+                const v8f zero = {0};
+                tail += (double)(w[j] * log_lanes(zero + w[j])[0]);
+            }
+        }
+    }
+    double total = tail;
+    for (int a = 0; a < 2; a++)
+        for (int j = 0; j < 4; j++) total += acc[a][j];
+    return total;
+}
+
+static void *sweep_items(void *arg) {
+    SweepJob *job = (SweepJob *)arg;
+    for (int64_t item = job->first; item < job->last; item++) {
+        int64_t b = item / job->segs, seg = item % job->segs;
+        int64_t c0 = job->n * seg / job->segs, c1 = job->n * (seg + 1) / job->segs;
+        job->partial[item] = c1 > c0 ? sweep_segment(job, b, c0, c1) : 0.0;
+    }
+    return NULL;
+}
+
+/* sweep_entropy(B, n, H, S, scores, stride, scale2, shift2, cols, offsets, mask, mask_stride,
+ *               out, threads)
+ *   scores  int64 (H + S,) pointers to float32 scores, row b of head h at scores[h] + b·stride[h]:
+ *           H heads read whole, then S heads read at their columns alone
+ *   scale2  float64 (H + S,); shift2 float64 (B, H + S): a term is 2^(scale2_h · s + shift2_bh)
+ *   cols, offsets: int64 (S,) pointers, per sparse head its int64 columns (ascending within a
+ *           row) and int64 (B + 1,) row offsets
+ *   mask    0, or a uint8 pointer (B, n) (mask_stride n) or (n,) (mask_stride 0)
+ *   out     float64 (B,): −Σ_i w_i ln w_i over the row
+ */
+static PyObject *sweep_entropy(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t B, n, H, S, mask_stride;
+    unsigned long long pscores, pstride, pscale, pshift, pcols, poffsets, pmask, pout;
+    int threads;
+    if (!PyArg_ParseTuple(args, "nnnnKKKKKKKnKi", &B, &n, &H, &S, &pscores, &pstride, &pscale,
+                          &pshift, &pcols, &poffsets, &pmask, &mask_stride, &pout, &threads))
+        return NULL;
+    if (B <= 0 || n < 0 || H < 0 || S < 0 || S > MAX_HEADS) {
+        PyErr_SetString(PyExc_ValueError, "sweep_entropy: need B > 0, n ≥ 0, 0 ≤ S ≤ 16");
+        return NULL;
+    }
+    threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    if ((int64_t)B * n * (H + 1) < (1 << 18)) threads = 1;
+    int64_t segs = B >= threads ? 1 : threads; /* one row over several threads: by columns */
+    int64_t items = B * segs;
+    if (threads > items) threads = (int)items;
+    double *partial = malloc(sizeof(double) * items);
+    if (!partial) return PyErr_NoMemory();
+    double *out = (double *)(uintptr_t)pout;
+    Py_BEGIN_ALLOW_THREADS
+    SweepJob jobs[MAX_THREADS];
+    for (int t = 0; t < threads; t++)
+        jobs[t] = (SweepJob){B, n, H, S,
+                             (const float *const *)(uintptr_t)pscores,
+                             (const int64_t *)(uintptr_t)pstride,
+                             (const double *)(uintptr_t)pscale,
+                             (const double *)(uintptr_t)pshift,
+                             (const int64_t *const *)(uintptr_t)pcols,
+                             (const int64_t *const *)(uintptr_t)poffsets,
+                             (const uint8_t *)(uintptr_t)pmask, mask_stride, segs,
+                             items * t / threads, items * (t + 1) / threads, partial};
+    run_split(sweep_items, jobs, sizeof(SweepJob), threads);
+    for (int64_t b = 0; b < B; b++) {
+        double total = 0.0;
+        for (int64_t g = 0; g < segs; g++) total += partial[b * segs + g];
+        out[b] = -total;
+    }
+    Py_END_ALLOW_THREADS
+    free(partial);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"fold_chunk", fold_chunk, METH_VARARGS, "A chunk's top k and Σ 2^x in one read."},
     {"exact_scores", exact_scores, METH_VARARGS, "The winners' q·k in float64."},
+    {"positive_support", positive_support, METH_VARARGS, "A scored head's positive columns."},
+    {"sweep_entropy", sweep_entropy, METH_VARARGS, "The mixture's entropy from kept scores."},
     {NULL, NULL, 0, NULL},
 };
 

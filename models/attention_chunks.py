@@ -27,10 +27,12 @@ def chunk_logits(
     """s (B, W), W ≥ c: x = q kcᵀ (B, c), times `scale` unless q is scaled already, and −inf
     past the keys; `kept` (B, c) receives the raw q kcᵀ (q unscaled then)."""
     c = kc.shape[0]
-    x = raw_scores(q, kc, out=s[:, :c])  # (B, c) fp32
+    # the raw scores asked for are the product's own output: scaled from there into s, where
+    # a copy of them was one more pass over (B, c) (at N = 1M, B = 32: 128 MB a head)
+    x = raw_scores(q, kc, out=s[:, :c] if kept is None else kept)  # (B, c) fp32
+    if kept is not None and x.data_ptr() != kept.data_ptr():  # a product that took no `out`
+        kept.copy_(x)
     if scale is not None:
-        if kept is not None:
-            kept.copy_(x)
         torch.mul(x, scale, out=s[:, :c])  # in place when x is s's own columns
     elif x.data_ptr() != s.data_ptr():
         s[:, :c] = x

@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from models.heads import ScoredHead, TopLists
+from models.heads import ScoredHead, TopLists, pad_right
 
 
 def check_heads(
@@ -43,54 +44,69 @@ def scored_top(
     lse = torch.empty(heads[0].scores.shape[0], len(heads), dtype=torch.float64)
     top: TopLists = []
     for j, head in enumerate(heads):
-        cols, logits = support_logits(head, mask)  # (B, M) each
+        if head.support is not None:
+            idx, weights, raw, lse[:, j] = _support_top(head, k, mask)
+            top.append((idx, weights, raw))
+            continue
+        logits = head.scores.cpu().double() * head.scale  # (B, N): −inf stays −inf
+        if mask is not None:
+            logits = logits.masked_fill(~mask.cpu().to(torch.bool), -math.inf)
         lse[:, j] = torch.logsumexp(logits, dim=-1)
         top_logits, at = logits.topk(min(k, logits.shape[1]), dim=-1)
         ok = torch.isfinite(top_logits)
-        idx = torch.where(ok, cols.gather(1, at), -1)
-        raw = head.scores.gather(1, idx.clamp_min(0).to(head.scores.device)).cpu().double()
+        idx = torch.where(ok, at, -1)
+        raw = head.scores.gather(1, at.to(head.scores.device)).cpu().double()
         top.append(
             (
-                _pad(idx, k, -1),
-                _pad(torch.where(ok, (top_logits - lse[:, j : j + 1]).exp(), 0.0), k, 0.0),
-                _pad(torch.where(ok, raw, -math.inf), k, -math.inf),
+                pad_right(idx, k, -1),
+                pad_right(torch.where(ok, (top_logits - lse[:, j : j + 1]).exp(), 0.0), k, 0.0),
+                pad_right(torch.where(ok, raw, -math.inf), k, -math.inf),
             )
         )
     return top, lse
 
 
-def support_logits(head: ScoredHead, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """A scored head's columns and logits (B, M) float64, −inf where a book is left out or
-    masked. A head with few finite scores (`ScoredHead.support`) has them packed to the left
-    (M: the most a row holds; padding −inf, column 0), and the top-k and log-sum-exp read those
-    rather than N mostly −inf; otherwise M = N."""
-    scores = head.scores.cpu()
-    B, N = scores.shape
-    if head.support is None:  # a −inf score is a −inf logit already: only the mask to apply
-        logits = scores.double() * head.scale  # (B, N)
-        if mask is not None:
-            logits = logits.masked_fill(~mask.cpu().to(torch.bool), -math.inf)
-        return torch.arange(N).expand(B, N), logits
-    rows, cols = head.support  # row-major: each row's books in column order
+def _support_top(
+    head: ScoredHead, k: int, mask: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """A head holding few books (`ScoredHead.support`): each query's top k (B, k) rows, weights
+    and raw scores, padded, and its log-sum-exp (B,), from its own books alone, a query at a
+    time (row-major support: each query's books are one slice of it), in numpy."""
+    assert head.support is not None
+    rows_t, cols_t = head.support
+    scores = head.scores.cpu().numpy()
+    B = scores.shape[0]
+    rows, cols = rows_t.numpy(), cols_t.numpy()
     if mask is not None:
-        m = mask.cpu().to(torch.bool)
-        unmasked = m[cols] if m.dim() == 1 else m[rows, cols]
+        m = mask.cpu().to(torch.bool).numpy()
+        unmasked = m[cols] if m.ndim == 1 else m[rows, cols]
         rows, cols = rows[unmasked], cols[unmasked]
-    if B == 1:  # one query: its books are the row, as they are
-        return cols[None], (scores[0, cols].double() * head.scale)[None]
-    count = torch.bincount(rows, minlength=B)  # (B,)
-    at = torch.arange(rows.shape[0]) - (count.cumsum(0) - count)[rows]  # place within its row
-    M = int(count.max()) if B else 0
-    logits = torch.full((B, M), -math.inf, dtype=torch.float64)
-    logits[rows, at] = scores[rows, cols].double() * head.scale
-    packed = torch.zeros(B, M, dtype=torch.long)
-    packed[rows, at] = cols
-    return packed, logits
-
-
-def _pad(x: Tensor, k: int, fill: float) -> Tensor:
-    """x (B, k') padded on the right to (B, k) with `fill`: a head holding fewer than k books."""
-    return torch.nn.functional.pad(x, (0, k - x.shape[1]), value=fill) if x.shape[1] < k else x
+    starts = np.searchsorted(rows, np.arange(B + 1))
+    idx = np.full((B, k), -1, dtype=np.int64)
+    weights = np.zeros((B, k), dtype=np.float64)
+    raw = np.full((B, k), -math.inf, dtype=np.float64)
+    lse = np.full(B, -math.inf, dtype=np.float64)
+    for b in range(B):
+        c = cols[starts[b] : starts[b + 1]]  # (n,) this query's books, ascending
+        if not len(c):
+            continue
+        s = scores[b, c].astype(np.float64)  # (n,) raw
+        x = s * head.scale
+        peak = x.max()
+        lse[b] = peak + math.log(float(np.exp(x - peak).sum()))
+        # the best k, best first; equal scores by column, as a top-k over the row would
+        part = np.argpartition(-x, k - 1)[:k] if len(c) > k else np.arange(len(c))
+        best = part[np.lexsort((c[part], -x[part]))]
+        n = min(k, len(best))
+        idx[b, :n] = c[best[:n]]
+        weights[b, :n] = np.exp(x[best[:n]] - lse[b])
+        raw[b, :n] = s[best[:n]]
+    return (
+        torch.from_numpy(idx),
+        torch.from_numpy(weights),
+        torch.from_numpy(raw),
+        torch.from_numpy(lse),
+    )
 
 
 def exact_in_lists(scores: Tensor, cand: Tensor, top: TopLists) -> None:

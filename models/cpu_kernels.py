@@ -15,7 +15,10 @@ install time the extension is missing and `attend` keeps torch's passes: `availa
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
+import os
 from types import ModuleType
 
 import numpy as np
@@ -41,6 +44,19 @@ def _load() -> ModuleType | None:
 
 
 _kernels = _load()
+
+
+@functools.cache
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def threads() -> int:
+    """Threads a C pass may split its work over: every core this process may run on, or
+    torch's intra-op threads where more are set. `attend serve` gives torch one thread (its
+    OpenMP threads woke for a few thousand elements: service/commands/threads.py), but a C pass
+    starts plain threads only for work worth them (2^18 elements and more), ended with it."""
+    return max(torch.get_num_threads(), _cores())
 
 
 def available() -> bool:
@@ -87,7 +103,7 @@ def fold_chunk(s: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         top_col.data_ptr(),
         rest.data_ptr(),
         shift.data_ptr(),
-        torch.get_num_threads(),
+        threads(),
     )
     return top, top_col, rest, shift
 
@@ -113,8 +129,71 @@ def exact_scores(q: Tensor, keys: Tensor, idx: Tensor) -> Tensor:
         k,
         order.ctypes.data,
         out.data_ptr(),
-        torch.get_num_threads(),
+        threads(),
     )
+    return out
+
+
+def positive_support(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The support of a head of scores ≥ 0 (B, n) float32 C-contiguous: each row's columns of
+    a positive score, (nnz,) int64 ascending row by row, and its count (B,); −inf written over
+    every other score of a row that has one, in place (a row with none is left as it is)."""
+    assert _kernels is not None
+    assert s.dtype == np.float32 and s.flags.c_contiguous and s.ndim == 2
+    B, n = s.shape
+    counts = np.zeros(B, dtype=np.int64)
+    n_threads = threads()
+    _kernels.positive_support(s.ctypes.data, B, n, 0, counts.ctypes.data, 0, n_threads)
+    offsets = np.zeros(B + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    cols = np.empty(int(offsets[-1]), dtype=np.int64)
+    _kernels.positive_support(
+        s.ctypes.data, B, n, offsets.ctypes.data, counts.ctypes.data, cols.ctypes.data, n_threads
+    )
+    return cols, counts
+
+
+def sweep_entropy(
+    dense: list[tuple[Tensor, float]],
+    sparse: list[tuple[Tensor, float, Tensor, Tensor]],
+    shift: Tensor,
+    mask: Tensor | None,
+) -> Tensor:
+    """−Σ_i w_i ln w_i (B,) float64 of w_i = Σ_h exp(scale_h · s_hi + shift_bh), 0 where `mask`
+    (bool (n,) or (B, n)) is False. `dense`: heads read whole, their scores (B, n) float32
+    (rows contiguous) and scale; `sparse`: heads read at their support alone, their scores
+    (B, n) float32, scale, columns (nnz,) int64 (ascending within a row) and row offsets
+    (B + 1,) int64; shift (B, H) float64, their columns in that order."""
+    assert _kernels is not None
+    B = shift.shape[0]
+    heads = [(x, scale) for x, scale in dense] + [(x, scale) for x, scale, _, _ in sparse]
+    n = int(heads[0][0].shape[1]) if heads else int(mask.shape[-1]) if mask is not None else 0
+    ptrs = np.array([x.data_ptr() for x, _ in heads], dtype=np.int64)
+    strides = np.array([x.stride(0) for x, _ in heads], dtype=np.int64)
+    scale2 = np.array([scale * math.log2(math.e) for _, scale in heads], dtype=np.float64)
+    shift2 = np.ascontiguousarray(shift.double().cpu().numpy() * math.log2(math.e))
+    support = [(c.contiguous(), o.contiguous()) for _, _, c, o in sparse]
+    cols = np.array([c.data_ptr() for c, _ in support], dtype=np.int64)
+    offsets = np.array([o.data_ptr() for _, o in support], dtype=np.int64)
+    m = None if mask is None else mask.to(torch.bool).contiguous()
+    out = torch.empty(B, dtype=torch.float64)
+    _kernels.sweep_entropy(
+        B,
+        n,
+        len(dense),
+        len(sparse),
+        ptrs.ctypes.data,
+        strides.ctypes.data,
+        scale2.ctypes.data,
+        shift2.ctypes.data,
+        cols.ctypes.data,
+        offsets.ctypes.data,
+        0 if m is None else m.data_ptr(),
+        0 if m is None or m.dim() == 1 else n,
+        out.data_ptr(),
+        threads(),
+    )
+    del heads, support  # held until here: the kernel read their memory
     return out
 
 

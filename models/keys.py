@@ -13,7 +13,8 @@ import torch
 from torch import Tensor
 
 from models import cpu_blas
-from models.heads import DenseHead, LocalDenseHeads
+from models.heads import DenseHead
+from models.local_heads import LocalDenseHeads
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 DenseHeadSpec = Sequence[tuple[str, float]]  # a query's dense heads: (field, scale) each

@@ -10,12 +10,14 @@ its log-sum-exp. A book outside head h's top k' has p_h ≤ t_h, that head's k'-
 book in no head's list weighs at most Σ_h π_h t_h (Fagin's threshold algorithm). Every candidate
 (the union of the lists) gets its exact p_h from its score and lse_h; when the k-th best exact
 candidate weight reaches the bound, the top-k is exact. Otherwise k' is quadrupled and the
-heads rerun, until k' covers the catalog. With k' = 4k this almost always ends in one round.
+heads rerun for the queries not yet settled (a batch's others are done), until k' covers the
+catalog. With k' = 4k this almost always ends in one round.
 
 The dense heads' work is three operations on their keys, behind `models.heads.DenseHeads`: each
-head's top k' with its log-sum-exp, the raw scores of given rows, and one chunked pass that gives
-the candidates' scores and the mixture's entropy; in this process (`LocalDenseHeads`) or on a
-cluster's shards (service/cluster/shards/). `mix_topk` is the threshold loop without its I/O: a
+head's top k' with its log-sum-exp, the raw scores of given rows, and one pass that gives the
+candidates' scores and the mixture's entropy, for the whole batch or (`DenseHeads.rows`) the
+queries a further round is for; in this process (models/local_heads.py) or on a cluster's
+shards (service/cluster/shards/). `mix_topk` is the threshold loop without its I/O: a
 generator that yields what it needs of the dense heads (`TopAsk`, `ScoresAsk`, `SweepAsk`) and is
 sent the answers, so this module never calls the code that holds the keys, wherever that is; the
 caller answers each ask (service/engine/ranking.py `run_mixture`).
@@ -65,22 +67,26 @@ TIE_MARGIN = 1e-6
 @dataclass(frozen=True)
 class TopAsk:
     """Ask the dense heads for each head's top k rows and its log-sum-exp
-    (`DenseHeads.top(k)` → (TopLists, (B, Hd) float64))."""
+    (`DenseHeads.top(k)` → (TopLists, (B, Hd) float64)), for the queries `rows` of the batch
+    (None: all of them; else `DenseHeads.rows(rows)` answers)."""
 
     k: int
+    rows: Tensor | None = None  # (R,) int64, ascending
 
 
 @dataclass(frozen=True)
 class ScoresAsk:
-    """Ask for the raw scores of the candidates (`DenseHeads.scores(cand)` → (B, C, Hd))."""
+    """Ask for the raw scores of the candidates (`DenseHeads.scores(cand)` → (R, C, Hd)), for
+    the queries `rows` as `TopAsk`'s."""
 
-    cand: Tensor  # (B, C) rows, −1 padded
+    cand: Tensor  # (R, C) rows, −1 padded
+    rows: Tensor | None = None
 
 
 @dataclass(frozen=True)
 class SweepAsk:
     """Ask for one pass over every row (`DenseHeads.sweep(...)` → the candidates' scores
-    (B, C, Hd) and the entropy (B,))."""
+    (B, C, Hd) and the entropy (B,)), for the whole batch."""
 
     pi: Tensor  # (B, H)
     lse: Tensor  # (B, H)
@@ -108,75 +114,156 @@ def mix_topk(
     yields what it needs of the dense heads and is sent each answer; it returns the `Mixture`.
 
     `mask` is the one the dense heads apply, over the whole catalog: the scored heads, the
-    candidates and the matched counts need it here too.
+    candidates and the matched counts need it here too. A query whose top k the first round
+    proves is done: a further round asks for the other queries' rows alone, so one query of a
+    batch that needs a deeper list does not make the whole batch read the catalog again.
     """
     check_heads(scales, size, scored, pi)
-    B, H = pi.shape
+    B = pi.shape[0]
     Hd, N = len(scales), size
     pi = pi.double().cpu()
     mask = None if mask is None else mask.to(dtype=torch.bool)
     kk = min(N, max(4 * k, k + 16))
-    rounds = 0
+    out = _Rows(pi)
+    rows: Tensor | None = None  # the queries this round works for (None: all)
     ent = None
     while True:
-        rounds += 1
+        out.rounds += 1
+        pi_r = pi if rows is None else pi[rows]
+        mask_r = mask if rows is None or mask is None or mask.dim() == 1 else mask[rows]
+        scored_r = scored if rows is None else [h.rows(rows) for h in scored]
+        Br = pi_r.shape[0]
         top: TopLists = []
-        lse = torch.empty(B, 0, dtype=torch.float64)
+        lse = torch.empty(Br, 0, dtype=torch.float64)
         if Hd:
-            top, lse = cast(tuple[TopLists, Tensor], (yield TopAsk(kk)))
-        if scored:
-            top_s, lse_s = scored_top(scored, k=kk, mask=mask)
+            top, lse = cast(tuple[TopLists, Tensor], (yield TopAsk(kk, rows)))
+        if scored_r:
+            top_s, lse_s = scored_top(scored_r, k=kk, mask=mask_r)
             top, lse = top + top_s, torch.cat([lse, lse_s], dim=1)
-        cand = union(top)  # (B, C)
+        cand = union(top)  # (Br, C)
         if entropy and ent is None:
-            # one more pass over the keys, which the entropy needs anyway, also yields the
-            # candidates' scores: cheaper than gathering their scattered keys
-            scores, ent = cast(tuple[Tensor, Tensor], (yield SweepAsk(pi, lse, cand, scored)))
+            # one more pass over the rows (the heads' kept scores, else their keys), which the
+            # entropy needs anyway, also yields the candidates' scores
+            scores, ent = cast(tuple[Tensor, Tensor], (yield SweepAsk(pi_r, lse, cand, scored_r)))
             # −Σ w log w ≥ 0, but a mixture peaked on one book has w ≈ 1 + ε there, which
             # rounds it to −ε (−2e-6 seen): a negative entropy is rounding, and is 0
             ent = ent.clamp_min(0.0)
         elif Hd:
-            scores = cast(Tensor, (yield ScoresAsk(cand)))
+            scores = cast(Tensor, (yield ScoresAsk(cand, rows)))
         else:
-            scores = torch.empty(B, cand.shape[1], 0, dtype=torch.float64)
-        scores = with_scored(scores, scored, cand)  # (B, C, H)
+            scores = torch.empty(Br, cand.shape[1], 0, dtype=torch.float64)
+        scores = with_scored(scores, scored_r, cand)  # (Br, C, H)
         exact_in_lists(scores, cand, top[:Hd])
-        logp = _candidate_logp([*scales, *(h.scale for h in scored)], scores, cand, lse, mask)
+        logp = _candidate_logp([*scales, *(h.scale for h in scored)], scores, cand, lse, mask_r)
         probs = logp.exp()
-        w = (probs * pi[:, None, :]).sum(-1)  # (B, C)
-        w = torch.where(cand >= 0, w, -1.0)
-        pos = top_by_row(w, min(k, w.shape[1]))  # (B, k)
-        best_w = w.gather(1, pos)  # (B, k)
-        # bound on any book outside every list: Σ π_h · (k'-th weight of head h)
-        # (a head whose list holds every unmasked book ends in padding of weight 0)
-        tail = torch.stack([weights[:, -1] for _, weights, _ in top], dim=1)  # (B, H)
-        bound = (pi * tail).sum(-1)  # (B,)
-        kth = best_w.amin(-1) if best_w.shape[1] == k else torch.zeros(B, dtype=torch.float64)
-        # complete when the k-th is clearly above any book outside the lists: one tied with it
-        # (within TIE_MARGIN) might sort before it by row, and the lists' own tie order is
-        # arbitrary, so a tie at the cut takes one more round; a bound of 0 leaves none outside
-        if kk >= N or bool(((kth > bound * (1 + TIE_MARGIN)) | (bound <= 0)).all()):
+        pos, best_w, done = _settle(pi_r, probs, cand, top, k)
+        if kk >= N:
+            done[:] = True
+        here = torch.arange(B) if rows is None else rows
+        out.put(
+            here[done],
+            cand=cand[done],
+            pos=pos[done],
+            w=best_w[done],
+            probs=probs[done],
+            scores=scores[done],
+            lse=lse[done],
+        )
+        if bool(done.all()):
             break
+        rows = here[~done]
         kk = min(N, 4 * kk)
-    found = best_w > 0
     if mask is None:
         matched = torch.full((B,), N, dtype=torch.long)
     else:
         matched = mask.cpu().sum(-1).expand(B) if mask.dim() == 1 else mask.cpu().sum(-1)
-    idx = torch.where(found, cand.gather(1, pos), -1)
-    sel = pos[:, :, None].expand(-1, -1, H)
-    p_sel = torch.where(found[:, :, None], probs.gather(1, sel), 0.0)
-    return Mixture(
-        indices=idx,
-        weights=torch.where(found, best_w, 0.0),
-        shares=p_sel * pi[:, None, :],
-        probs=p_sel,
-        scores=torch.where(found[:, :, None], scores.gather(1, sel), -math.inf).float(),
-        logsumexp=lse,
-        matched=matched,
-        entropy=ent,
-        rounds=rounds,
-    )
+    return out.mixture(matched, ent)
+
+
+class _Rows:
+    """Each query's top k as the round that proved it found it, gathered into one `Mixture`."""
+
+    def __init__(self, pi: Tensor):
+        self.pi = pi  # (B, H)
+        self.B, self.H = pi.shape
+        self.rounds = 0
+        self.parts: list[tuple[Tensor, ...]] = []
+
+    def put(
+        self,
+        rows: Tensor,
+        *,
+        cand: Tensor,
+        pos: Tensor,
+        w: Tensor,
+        probs: Tensor,
+        scores: Tensor,
+        lse: Tensor,
+    ) -> None:
+        """The queries `rows` (R,): their candidates (R, C), the top k's columns among them and
+        weights (R, k), every candidate's p_h and raw scores (R, C, H), and each head's
+        log-sum-exp (R, H) as that round computed it."""
+        found = w > 0
+        sel = pos[:, :, None].expand(-1, -1, self.H)
+        p_sel = torch.where(found[:, :, None], probs.gather(1, sel), 0.0)
+        self.parts.append(
+            (
+                rows,
+                torch.where(found, cand.gather(1, pos), -1),
+                torch.where(found, w, 0.0),
+                p_sel,
+                torch.where(found[:, :, None], scores.gather(1, sel), -math.inf),
+                lse,
+            )
+        )
+
+    def mixture(self, matched: Tensor, entropy: Tensor | None) -> Mixture:
+        """The `Mixture` of every query, at the widest round's k (narrower ones padded)."""
+        width = max(p[1].shape[1] for p in self.parts)
+        B, H = self.B, self.H
+        idx = torch.full((B, width), -1, dtype=torch.long)
+        weights = torch.zeros(B, width, dtype=torch.float64)
+        probs = torch.zeros(B, width, H, dtype=torch.float64)
+        scores = torch.full((B, width, H), -math.inf, dtype=torch.float64)
+        lse = torch.empty(B, H, dtype=torch.float64)
+        for rows, i, w, p, s, lse_r in self.parts:
+            kw = i.shape[1]
+            idx[rows, :kw], weights[rows, :kw], probs[rows, :kw], scores[rows, :kw] = i, w, p, s
+            lse[rows] = lse_r
+        return Mixture(
+            indices=idx,
+            weights=weights,
+            shares=probs * self.pi[:, None, :],
+            probs=probs,
+            scores=scores.float(),
+            logsumexp=lse,
+            matched=matched,
+            entropy=entropy,
+            rounds=self.rounds,
+        )
+
+
+def _settle(
+    pi: Tensor, probs: Tensor, cand: Tensor, top: TopLists, k: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One round's top k of R queries: the columns (R, k') among the candidates cand (R, C),
+    their weights (R, k') Σ_h π_h p_h from probs (R, C, H), and which queries they settle (R,)
+    bool: the threshold bound proves no book outside every head's list weighs more."""
+    w = (probs * pi[:, None, :]).sum(-1)  # (R, C)
+    w = torch.where(cand >= 0, w, -1.0)
+    pos = top_by_row(w, min(k, w.shape[1]))  # (R, k')
+    best_w = w.gather(1, pos)  # (R, k')
+    # bound on any book outside every list: Σ π_h · (k'-th weight of head h)
+    # (a head whose list holds every unmasked book ends in padding of weight 0)
+    tail = torch.stack([weights[:, -1] for _, weights, _ in top], dim=1)  # (R, H)
+    bound = (pi * tail).sum(-1)  # (R,)
+    R = pi.shape[0]
+    kth = best_w.amin(-1) if best_w.shape[1] == k else torch.zeros(R, dtype=torch.float64)
+    # complete when the k-th is clearly above any book outside the lists: one tied with it
+    # (within TIE_MARGIN) might sort before it by row, and the lists' own tie order is
+    # arbitrary, so a tie at the cut takes one more round; a bound of 0 leaves none outside
+    done = (kth > bound * (1 + TIE_MARGIN)) | (bound <= 0)  # (R,)
+    return pos, best_w, done
 
 
 def _candidate_logp(

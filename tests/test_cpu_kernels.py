@@ -127,3 +127,25 @@ def test_fold_chunk_finds_the_top_k_and_the_sum() -> None:
     )
     torch.testing.assert_close(rest, without_max, rtol=1e-6, atol=0)
     assert rest[2] == 0 and torch.all(shift == 0)
+
+
+@pytest.mark.parametrize(("B", "N"), [(3, 1_000), (8, 40_000), (1, 300_000)])
+def test_positive_support_is_numpys_nonzero_and_fill(B: int, N: int) -> None:
+    """A scored head's support in one read: each row's columns of a positive score in order,
+    −inf over the rest of a row that has one, a row with none left as it was."""
+    import numpy as np
+
+    g = np.random.default_rng(B)
+    s = np.where(g.random((B, N)) < 0.2, g.random((B, N)) * 9 + 1e-3, 0.0).astype(np.float32)
+    s[0, N - 1] = 0.5  # the last column counts
+    if B > 1:
+        s[-1, :] = 0.0  # a query with no term
+    before = s.copy()
+    cols, counts = cpu_kernels.positive_support(s)
+    rows_want, cols_want = np.nonzero(before > 0)
+    assert np.array_equal(cols, cols_want)
+    assert np.array_equal(np.repeat(np.arange(B), counts), rows_want)
+    want = np.where(before > 0, before, np.float32(-np.inf))
+    if B > 1:
+        want[-1] = 0.0
+    assert np.array_equal(s, want)

@@ -135,3 +135,39 @@ def test_chunked_builds_and_scores_read_per_posting_list_are_the_whole_builds(
         assert (
             lazy[indptr[t] : indptr[t + 1]].tobytes() == held[indptr[t] : indptr[t + 1]].tobytes()
         )
+
+
+@pytest.mark.parametrize("passes", ["c", "numpy"])
+def test_the_lexical_head_holds_the_books_with_a_term(passes: str) -> None:
+    """Per query the head holds its books with a term (−inf elsewhere) and has evidence where
+    the filters keep one of them; a query without one (no term, or every book with its terms
+    filtered out) keeps its row as it was, uniform over the books the filters keep. Its support
+    is its finite scores, whichever pass found them."""
+    import math
+
+    import numpy as np
+    import torch
+
+    from models import cpu_kernels
+    from service.engine.scored_heads import lexical_head
+
+    g = np.random.default_rng(3)
+    N = 5000
+    bm25 = np.where(g.random((6, N)) < 0.1, g.random((6, N)) * 7 + 0.1, 0.0).astype(np.float32)
+    bm25[1] = 0.0  # no term in the catalog
+    mask = torch.ones(6, N, dtype=torch.bool)
+    mask[2] = torch.from_numpy(bm25[2] == 0)  # every book with a term of query 2 filtered out
+    none = np.array([[False], [True], [True], [False], [False], [False]])
+    want = np.where((bm25 > 0) | none, bm25, -np.inf)
+    cpu_kernels.set_enabled(passes == "c")
+    try:
+        head, evidence = lexical_head(torch.from_numpy(bm25.copy()), 1.0, mask)
+    finally:
+        cpu_kernels.set_enabled(True)
+    assert evidence == [True, False, False, True, True, True]
+    assert np.array_equal(head.scores.numpy(), want.astype(np.float32))
+    finite = np.nonzero(np.isfinite(want))
+    assert head.support is not None
+    rows, cols = head.support
+    assert np.array_equal(rows.numpy(), finite[0]) and np.array_equal(cols.numpy(), finite[1])
+    assert not math.isinf(float(head.scores[1].max()))

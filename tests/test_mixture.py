@@ -9,8 +9,9 @@ import math
 import pytest
 import torch
 
-import models.heads
-from models.heads import DenseHead, LocalDenseHeads, ScoredHead
+import models.local_heads
+from models.heads import DenseHead, ScoredHead
+from models.local_heads import LocalDenseHeads
 from models.mixture import Mixture, mix_topk
 from service.engine.ranking import run_mixture
 
@@ -60,7 +61,9 @@ def test_the_mixture_top_k_is_exact(
 ) -> None:
     """Both ways the entropy sweep gets its dense scores: kept from the heads' attend calls
     (small B·N) or from a second pass over the keys."""
-    monkeypatch.setattr(models.heads, "KEEP_SCORES", models.heads.KEEP_SCORES if keep_scores else 0)
+    monkeypatch.setattr(
+        models.local_heads, "KEEP_SCORES", models.local_heads.KEEP_SCORES if keep_scores else 0
+    )
     N, d, B, k = 3000, 16, 3, 7
     q = _unit(B, d, 1)
     title, desc = _unit(N, d, 2), _unit(N, d, 3)
@@ -165,3 +168,147 @@ def test_grouped_dense_heads_match_separate_calls() -> None:
     want, _ = _brute(heads, pi, None)
     assert torch.equal(got.indices, want.topk(4, dim=-1).indices)
     torch.testing.assert_close(got.shares.sum(-1), got.weights)
+
+
+@pytest.fixture(params=["c", "torch"])
+def cpu_passes(request: pytest.FixtureRequest):
+    """Both ways the CPU runs the passes: the C kernels (models/_cpu_kernels.c, the entropy
+    sweep's among them) and torch's operations."""
+    from models import cpu_kernels
+
+    if request.param == "c" and not cpu_kernels.available():
+        pytest.skip("models/_cpu_kernels.c is not built")
+    cpu_kernels.set_enabled(request.param == "c")
+    try:
+        yield request.param
+    finally:
+        cpu_kernels.set_enabled(True)
+
+
+@pytest.mark.parametrize("mask_shape", [None, "N", "BN"])
+def test_the_entropy_is_exact_in_c_and_in_torch(cpu_passes: str, mask_shape: str | None) -> None:
+    """The sweep's entropy over kept scores, in one C read of them or in torch's chunks, with a
+    dense-scored head (BM25 on most books), a sparse one (a few books) and a fully masked row:
+    the brute force's −Σ w ln w to float32's precision."""
+    N, d, B = 2500, 16, 4
+    g = torch.Generator().manual_seed(11)
+    q = _unit(B, d, 1)
+    dense_bm25 = torch.rand(B, N, generator=g) * 8  # finite everywhere: no support
+    few = torch.full((B, N), -math.inf)
+    for b in range(B):
+        cols = torch.randperm(N, generator=g)[: 30 + 20 * b]
+        few[b, cols] = 1 + torch.rand(len(cols), generator=g) * 11
+    heads: list[DenseHead | ScoredHead] = [
+        DenseHead(q, _unit(N, d, 2), 20.0),
+        DenseHead(q, _unit(N, d, 3), 25.0),
+        ScoredHead(dense_bm25, 0.9),
+        ScoredHead(few, 1.0),
+    ]
+    pi = torch.tensor([[0.2, 0.3, 0.1, 0.4], [0.5, 0.5, 0.0, 0.0], [0.1] * 3 + [0.7], [0.25] * 4])
+    mask = None
+    if mask_shape is not None:
+        mask = torch.rand((N,) if mask_shape == "N" else (B, N), generator=g) > 0.4
+        if mask_shape == "BN":
+            mask[2] = False  # nothing left to this query: its entropy is 0
+    got = _mix(heads, pi, k=5, mask=mask, entropy=True)
+    want_w, _ = _brute(heads, pi, mask)
+    want_w = want_w.nan_to_num(0.0)
+    ent = -(want_w * want_w.clamp_min(1e-300).log()).sum(-1)
+    assert got.entropy is not None
+    torch.testing.assert_close(got.entropy, ent, rtol=2e-6, atol=1e-6)
+
+
+def test_a_deeper_round_asks_for_the_unsettled_queries_alone() -> None:
+    """A query whose top k the first round cannot prove (a head that spreads its weight evenly
+    over 200 books: ties at every cut until the list holds them all) takes further rounds; the
+    queries the first round settled are not asked again, and every query's answer is the one
+    it gets alone."""
+    N, d, B, k = 3000, 16, 3, 5
+    g = torch.Generator().manual_seed(12)
+    q = _unit(B, d, 1)
+    flat = torch.full((B, N), -math.inf)
+    for b in range(B):
+        cols = torch.randperm(N, generator=g)[:200]
+        flat[b, cols] = 5.0 if b == 1 else torch.rand(200, generator=g) * 10
+    heads: list[DenseHead | ScoredHead] = [
+        DenseHead(q, _unit(N, d, 2), 20.0),
+        ScoredHead(flat, 1.0),
+    ]
+    pi = torch.tensor([[0.8, 0.2], [0.0, 1.0], [0.7, 0.3]])  # the middle query: the flat head
+    local = LocalDenseHeads(heads[:1], size=N)  # type: ignore[list-item]
+    steps = mix_topk(local.scales, N, heads[1:], pi, k=k)  # type: ignore[arg-type]
+    asked: list[list[int] | None] = []
+    answer = None
+    while True:
+        try:
+            ask = steps.send(answer)
+        except StopIteration as done:
+            got: Mixture = done.value
+            break
+        rows = getattr(ask, "rows", None)
+        asked.append(None if rows is None else rows.tolist())
+        part = local if rows is None else local.rows(rows)
+        answer = part.top(ask.k) if hasattr(ask, "k") else part.scores(ask.cand)
+    assert got.rounds > 1
+    assert asked[:2] == [None, None]  # the first round's top and scores: every query's
+    assert asked[2:] == [[1]] * (2 * (got.rounds - 1)), asked  # then the unsettled one's
+    for b in range(B):
+        alone = _mix(
+            [DenseHead(q[b : b + 1], heads[0].keys, 20.0), ScoredHead(flat[b : b + 1], 1.0)],  # type: ignore[union-attr]
+            pi[b : b + 1],
+            k=k,
+        )
+        assert torch.equal(got.indices[b], alone.indices[0])
+        torch.testing.assert_close(got.weights[b], alone.weights[0], rtol=1e-6, atol=0.0)
+        torch.testing.assert_close(got.shares[b], alone.shares[0], rtol=1e-6, atol=0.0)
+
+
+@pytest.mark.parametrize("mask_shape", [None, "N", "BN"])
+def test_a_further_round_from_kept_scores_lists_what_attend_lists(mask_shape: str | None) -> None:
+    """A further round's top k' of some queries, taken from the scores the first round kept,
+    is the list `attend` gives those queries over the keys: the same books (masked ones left
+    out), weights and exact scores."""
+    N, d, B = 4000, 16, 4
+    g = torch.Generator().manual_seed(13)
+    q = _unit(B, d, 1)
+    heads = [DenseHead(q, _unit(N, d, 2), 20.0), DenseHead(q, _unit(N, d, 3), 25.0)]
+    mask = None
+    if mask_shape is not None:
+        mask = torch.rand((N,) if mask_shape == "N" else (B, N), generator=g) > 0.5
+    first = LocalDenseHeads(heads, size=N, mask=mask)
+    first.top(10)
+    rows = torch.tensor([1, 3])
+    kept = first.rows(rows)
+    fresh = LocalDenseHeads(
+        [DenseHead(h.q[rows], h.keys, h.scale) for h in heads],
+        size=N,
+        mask=mask if mask is None or mask.dim() == 1 else mask[rows],
+    )
+    (got, got_lse), (want, want_lse) = kept.top(300), fresh.top(300)
+    torch.testing.assert_close(got_lse, want_lse, rtol=1e-6, atol=0.0)
+    for (gi, gw, gs), (wi, ww, ws) in zip(got, want, strict=True):
+        assert torch.equal(gi, wi)
+        torch.testing.assert_close(gw, ww, rtol=1e-5, atol=1e-12)
+        torch.testing.assert_close(gs, ws, rtol=0.0, atol=0.0)
+
+
+def test_two_live_heads_keep_their_own_scores() -> None:
+    """The kept scores' buffer is lent to one object at a time: a second batch's heads, alive
+    beside the first's, do not write over the first's scores, and a dropped object's buffer is
+    taken again."""
+    N, d = 3000, 16
+    keys = _unit(N, d, 2)
+    a = LocalDenseHeads([DenseHead(_unit(2, d, 1), keys, 20.0)], size=N)
+    b = LocalDenseHeads([DenseHead(_unit(2, d, 5), keys, 20.0)], size=N)
+    a.top(5)
+    b.top(5)
+    cand = torch.tensor([[0, 7, 2999], [5, 100, 1234]])
+    want = (a.heads[0].q.double() @ keys.double().T).gather(1, cand)
+    torch.testing.assert_close(a.scores(cand)[:, :, 0], want, rtol=1e-6, atol=1e-6)
+    kept = a._scores[0]
+    assert kept is not None
+    address = kept.data_ptr()
+    del a, kept
+    c = LocalDenseHeads([DenseHead(_unit(2, d, 6), keys, 20.0)], size=N)
+    c.top(5)
+    assert c._scores[0] is not None and c._scores[0].data_ptr() == address

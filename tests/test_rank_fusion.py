@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from models.heads import DenseHead, LocalDenseHeads, ScoredHead
+from models.heads import DenseHead, ScoredHead
+from models.local_heads import LocalDenseHeads
 from models.mixture import Mixture, mix_topk
 from models.rank_fusion import RRF_K, fuse_ranks
 from service.engine.ranking import run_mixture

@@ -197,3 +197,58 @@ def test_the_served_index_streams_the_loaded_keys_without_a_copy(
         assert np.shares_memory(host.keys[field], keys)
         assert np.array_equal(host.keys[field], keys)
     assert host.values is None  # a search returns weights, not weights @ V: no values kept
+
+
+def test_a_batch_past_the_kept_scores_budget_is_ranked_in_parts_as_alone(
+    searcher: Searcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch whose raw scores would outgrow `KEEP_SCORES` is ranked in parts of at most
+    `rows_kept` queries, each part's scores kept (no key is read twice), and every query gets
+    the answer it gets alone: its hits, weights, shares and entropy."""
+    import models.local_heads
+    from models.keys import LocalKeys
+    from service.engine.query_ranking import rank_queries
+
+    index = searcher.index
+    N = len(index)
+    texts = [*QUERIES, "a sixth query", "a seventh"]
+    q = searcher.encoder.encode(texts)
+    args: dict[str, object] = {"k": 5, "heads": [searcher.heads] * 7, "scales": searcher.scales}
+    alone = [
+        rank_queries(index, q[b : b + 1], [t], **{**args, "heads": [searcher.heads]})
+        for b, t in enumerate(texts)
+    ]  # type: ignore[arg-type]
+    monkeypatch.setattr(models.local_heads, "KEEP_SCORES", 2 * 3 * N)  # 3 queries of 2 dense heads
+    assert models.local_heads.rows_kept(2, N) == 3
+    sizes: list[int] = []
+    kept: list[bool] = []
+    dense_heads = LocalKeys.dense_heads
+
+    def spied(self: LocalKeys, q: torch.Tensor, heads, **kw):  # type: ignore[no-untyped-def]
+        out = dense_heads(self, q, heads, **kw)
+        sizes.append(q.shape[-2])
+        top = out.top
+
+        def top_and_kept(k: int):  # type: ignore[no-untyped-def]
+            answer = top(k)
+            kept.append(all(s is not None for s in out._scores))
+            return answer
+
+        out.top = top_and_kept  # type: ignore[method-assign]
+        return out
+
+    monkeypatch.setattr(LocalKeys, "dense_heads", spied)
+    together = rank_queries(index, q, texts, **args)  # type: ignore[arg-type]
+    assert sizes == [3, 3, 1] and all(kept)
+    for got, [want] in zip(together, alone, strict=True):
+        assert [h.row for h in got.hits] == [h.row for h in want.hits]
+        for x, y in zip(got.hits, want.hits, strict=True):
+            assert math.isclose(x.weight, y.weight, rel_tol=1e-6)
+            for head, part in x.heads.items():
+                assert math.isclose(part.share, y.heads[head].share, rel_tol=1e-6, abs_tol=1e-12)
+        assert got.entropy is not None and want.entropy is not None
+        assert math.isclose(got.entropy, want.entropy, rel_tol=1e-6)
+    monkeypatch.setattr(models.local_heads, "KEEP_SCORES", 2 * 3 * N - 1)  # one short: parts of 2
+    sizes.clear()
+    rank_queries(index, q, texts, **args)  # type: ignore[arg-type]
+    assert sizes == [2, 2, 2, 1]

@@ -40,7 +40,8 @@ import torch
 from torch import Tensor
 
 from indexer.filters import Filters
-from service.config.head_weights import AUTHOR, HEADS, LEXICAL, SCORED_HEADS
+from models.local_heads import rows_kept
+from service.config.head_weights import AUTHOR, DENSE_HEADS, HEADS, LEXICAL, SCORED_HEADS
 from service.engine.catalog_names import NamedAuthor
 from service.engine.mixing import hit_parts
 from service.engine.ranking import Component, rank
@@ -85,6 +86,21 @@ def rank_queries(
     B = q.shape[0]
     if len(index) == 0:
         return [Ranking([], 0, dict(h), (), 0.0, 0) for h in heads]
+    part = rows_kept(len(DENSE_HEADS), len(index))
+    if part < B:  # in parts whose raw scores are kept: each part reads the keys once
+        return [
+            ranking
+            for s in range(0, B, part)
+            for ranking in rank_queries(
+                index,
+                q[s : s + part],
+                texts[s : s + part],
+                k=k,
+                heads=heads[s : s + part],
+                scales=scales,
+                filters=None if filters is None else filters[s : s + part],
+            )
+        ]
     lexical = index.lexical
     named = [index.names.recognise(t, lexical.knows, lexical.holding) for t in texts]
     filters = [about(index, f, n) for f, n in zip(filters or [Filters()] * B, named, strict=True)]

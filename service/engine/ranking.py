@@ -111,14 +111,18 @@ def run_mixture(dense: DenseHeads, steps: MixSteps) -> Mixture:
     """The mixture `steps` computes, each of its asks answered by `dense`, wherever its keys
     are: the engine calls down into both, and neither calls up."""
     answer: Answer | None = None  # a generator starts on send(None)
+    part: tuple[Tensor, DenseHeads] | None = None  # the heads of a round's queries
     while True:
         try:
             ask = steps.send(answer)
         except StopIteration as done:  # only the generator's own end: not one from `dense`
             return cast(Mixture, done.value)
-        if isinstance(ask, TopAsk):
-            answer = dense.top(ask.k)
-        elif isinstance(ask, ScoresAsk):
-            answer = dense.scores(ask.cand)
+        if isinstance(ask, TopAsk | ScoresAsk):
+            heads = dense
+            if ask.rows is not None:  # one round's queries: its top and scores ask the same
+                if part is None or part[0] is not ask.rows:
+                    part = (ask.rows, dense.rows(ask.rows))
+                heads = part[1]
+            answer = heads.top(ask.k) if isinstance(ask, TopAsk) else heads.scores(ask.cand)
         else:
             answer = dense.sweep(ask.pi, ask.lse, ask.cand, ask.scored)

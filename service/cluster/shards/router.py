@@ -28,8 +28,9 @@ from torch import Tensor
 
 from indexer.filters import Filters
 from indexer.loaded_index import LoadedIndex
-from models.heads import DenseHeads, LocalDenseHeads, ScoredHead, TopLists
+from models.heads import DenseHeads, ScoredHead, TopLists
 from models.keys import DenseHeadSpec
+from models.local_heads import LocalDenseHeads
 from models.shard_merge import SparseScores, check_tiling, merge
 from service.cluster.shards.shard import ShardClient, ShardQuery, ShardSweep
 
@@ -55,6 +56,12 @@ class ShardedDenseHeads:
             top.append((att.indices, att.weights.double(), att.scores.double()))
             lse.append(att.logsumexp.double())
         return top, torch.stack(lse, dim=1)  # (B, Hd)
+
+    def rows(self, rows: Tensor) -> ShardedDenseHeads:
+        q = self.query
+        at = rows.tolist()
+        query = ShardQuery(q.q[..., rows, :], q.heads, [q.filters[r] for r in at])
+        return ShardedDenseHeads(self.shards, query, size=self.size)
 
     def scores(self, cand: Tensor) -> Tensor:
         replies = [s.submit_scores(self.query, cand) for s in self.shards]
