@@ -323,6 +323,9 @@ def main() -> None:
         type=Path,
         help="a checkout of other code: serve it beside this code (both batched) and compare",
     )
+    parser.add_argument(
+        "--ready-s", type=float, default=180.0, help="how long a server may take to start"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     extra = dict(e.split("=", 1) for e in args.env)
@@ -341,7 +344,7 @@ def main() -> None:
     servers = {mode: Server(args.database_url, {**env, **extra}) for mode, env in modes.items()}
     try:
         for server in servers.values():
-            server.wait_ready()
+            server.wait_ready(args.ready_s)
         rows, mismatches = run_cells(servers, args.clients, args.seconds, queries)
         wrk_rows = wrk_cells(servers, args.clients, args.seconds, queries)
     finally:

@@ -2,10 +2,8 @@
 all of the catalog, or one shard's rows.
 
 It keeps the raw scores its `attend` calls compute (within `KEEP_SCORES`): the mixture's
-entropy sweep, the candidates' scores and a further threshold round read them rather than the
-keys, which a second product per head read at the cost of the first. On the CPU the sweep's
-entropy is one C read of them (models/cpu_kernels.py `sweep_entropy`); elsewhere torch's passes
-over chunks of rows (`_entropy_in_chunks`).
+entropy sweep (models/entropy_sweep.py), the candidates' scores and a further threshold round
+read them rather than the keys, which a second product per head read at the cost of the first.
 """
 
 from __future__ import annotations
@@ -14,19 +12,16 @@ import math
 import threading
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import cast
 
 import torch
 from torch import Tensor
 
-from models import cpu_kernels
-from models.attention import Attention, attend, chunk_for
-from models.attention_chunks import BLOCK, exact_scores, raw_scores
+from models.attention import Attention, attend
+from models.attention_chunks import exact_scores
+from models.entropy_sweep import entropy_in_c, entropy_in_chunks
 from models.heads import DenseHead, ScoredHead, TopLists, pad_right
 
-# Elements of one sweep chunk on the CPU: (B, c) float64 buffers of 1 MiB each.
-SWEEP_CACHED = 1 << 17
 # The dense heads' raw scores (Hd, B, N) are kept from their `attend` calls for the entropy
 # sweep and the candidates' scores when they take at most 256 MiB of float32: the sweep then
 # reads no keys and multiplies nothing again, where a second product per head cost as much as
@@ -263,102 +258,25 @@ class LocalDenseHeads:
             # the candidates' scores are a gather from the kept scores, and the entropy reads
             # those alone: in C on the CPU where it can
             scores = self.scores(cand + self.offset).to(device)
-            ent = self._entropy_in_c(shift, scored) if device.type == "cpu" else None
+            if device.type == "cpu":
+                kept = [cast(Tensor, k) for k in self._scores]
+                ent = entropy_in_c(self.heads, kept, shift, scored, size=self.size, mask=self.mask)
             gather = None
         else:
             scores = torch.zeros(B, cand.shape[1], Hd, dtype=torch.float64, device=device)
             gather = (cand, scores)
         if ent is None:
-            sparse = [SparseTerms.of(sh, shift[:, j], device) for j, sh in enumerate(scored, Hd)]
-            ent = self._entropy_in_chunks(shift, gather, scored, sparse)
+            ent = entropy_in_chunks(
+                self.heads,
+                self._scores,
+                shift,
+                scored,
+                size=self.size,
+                mask=self.mask,
+                chunk_size=self.chunk_size,
+                gather=gather,
+            )
         return scores.cpu(), ent.cpu()
-
-    def _entropy_in_chunks(
-        self,
-        shift: Tensor,
-        gather: tuple[Tensor, Tensor] | None,
-        scored: Sequence[ScoredHead],
-        sparse: Sequence[SparseTerms | None],
-    ) -> Tensor:
-        """The sweep's entropy (B,) in torch's operations, a chunk of rows at a time, the
-        heads' scores kept or multiplied again; `gather`: the candidates (B, C) (local rows)
-        whose scores (B, C, Hd) it writes as it passes them."""
-        B, N, Hd = shift.shape[0], self.size, len(self.heads)
-        device = shift.device
-        # on the CPU, chunks whose two float64 buffers stay in the core's cache: the dozen
-        # in-place passes a chunk takes then read no memory but the scores; on a GPU, an
-        # eighth of attend's chunk (float64 and several arrays) keeps the same budget
-        if self.chunk_size:
-            C = self.chunk_size
-        elif device.type == "cpu":
-            C = max(BLOCK, min(N, SWEEP_CACHED // max(B, 1)))
-        else:
-            C = chunk_for(8 * B, N, device)
-        mask = None if self.mask is None else self.mask.to(device)
-        total = torch.zeros(B, dtype=torch.float64, device=device)
-        # w the mixture's probabilities, s one head's scores then its term: two float64
-        # buffers for every chunk, worked in place (an expression per head allocated five per
-        # chunk, each a page fault per 4 KiB)
-        w_buf = torch.empty(B * min(C, N), dtype=torch.float64, device=device)
-        s_buf = torch.empty_like(w_buf)
-        for start in range(0, N, C):
-            stop = min(N, start + C)
-            w = w_buf[: B * (stop - start)].view(B, stop - start)  # (B, c)
-            s = s_buf[: B * (stop - start)].view(B, stop - start)  # (B, c)
-            w.zero_()
-            for h, head in enumerate(self.heads):
-                kept = self._scores[h]
-                if kept is not None:  # from the head's attend call: no second pass over its keys
-                    s.copy_(kept[:, start:stop])  # (B, c)
-                else:
-                    kc = head.keys[start:stop]
-                    s.copy_(raw_scores(head.q.to(kc.device), kc))  # (B, c)
-                if gather is not None:  # the candidates in this chunk take their scores
-                    cand, scores = gather
-                    inside = (cand >= start) & (cand < stop)  # (B, C)
-                    at = (cand - start).clamp(0, stop - start - 1)
-                    scores[:, :, h] = torch.where(inside, s.gather(1, at), scores[:, :, h])
-                w.add_(s.mul_(head.scale).add_(shift[:, h : h + 1]).exp_())
-            for j, (sh, terms) in enumerate(zip(scored, sparse, strict=True), start=Hd):
-                if terms is not None:  # the few books the head holds
-                    terms.add_to(w, start, stop)
-                    continue
-                s.copy_(sh.scores[:, start:stop])
-                w.add_(s.mul_(sh.scale).add_(shift[:, j : j + 1]).exp_())
-            if mask is not None:
-                w.mul_(mask[..., start:stop])
-            # −Σ w log w over w > 0 (a fully masked row's w is inf · 0 = NaN: it adds nothing)
-            # (log 0 · 0 is NaN too: w = 0 adds nothing, as it should; xlogy took twice as long)
-            total -= s.copy_(w).log_().mul_(w).nansum(-1)
-        return total
-
-    def _entropy_in_c(self, shift: Tensor, scored: Sequence[ScoredHead]) -> Tensor | None:
-        """The sweep's entropy in one read of the kept scores (models/_cpu_kernels.c), a head
-        of few books (`ScoredHead.support`) read at those alone, where every head's scores are
-        float32 rows in CPU memory; None where they are not."""
-        if not cpu_kernels.available():
-            return None
-        B, Hd = shift.shape[0], len(self.heads)
-        dense = [(cast(Tensor, s), h.scale) for s, h in zip(self._scores, self.heads, strict=True)]
-        sparse: list[tuple[Tensor, float, Tensor, Tensor]] = []
-        dense_cols, sparse_cols = list(range(Hd)), []
-        for j, sh in enumerate(scored, start=Hd):
-            if sh.support is None:
-                dense.append((sh.scores.cpu(), sh.scale))
-                dense_cols.append(j)
-                continue
-            rows, cols = sh.support
-            offsets = torch.searchsorted(rows.contiguous(), torch.arange(B + 1))
-            sparse.append((sh.scores.cpu(), sh.scale, cols, offsets))
-            sparse_cols.append(j)
-        scores = [x for x, _ in dense] + [x for x, _, _, _ in sparse]
-        if any(
-            x.dtype != torch.float32 or x.shape != (B, self.size) or x.stride(1) != 1
-            for x in scores
-        ):
-            return None
-        columns = dense_cols + sparse_cols
-        return cpu_kernels.sweep_entropy(dense, sparse, shift[:, columns], self.mask)
 
 
 def gathered_keys(keys: Tensor, rows: Tensor) -> Tensor:
@@ -371,42 +289,3 @@ def gathered_keys(keys: Tensor, rows: Tensor) -> Tensor:
         return keys[rows].float()
     cols = keys.T.index_select(1, rows.reshape(-1)).float()  # (d, B·C)
     return cols.T.reshape(B, C, -1)
-
-
-@dataclass(frozen=True)
-class SparseTerms:
-    """A scored head's part of the sweep's w when it holds few books (the lexical head: the
-    books with a query term): exp(scale · s − lse + log π) of its finite scores only, flat
-    positions b · N + i ascending."""
-
-    where: Tensor  # (nnz,) int64 b · N + i
-    terms: Tensor  # (nnz,) float64
-    size: int  # N
-
-    @classmethod
-    def of(cls, head: ScoredHead, shift: Tensor, device: torch.device) -> SparseTerms | None:
-        """The head's terms (shift (B,): log π − lse), or None when it holds over half of (B, N):
-        then the dense pass is the cheaper."""
-        if head.support is None:
-            return None
-        rows, cols = head.support
-        N = head.scores.shape[1]
-        where = rows * N + cols
-        terms = (head.scores.cpu().reshape(-1)[where].double() * head.scale).to(device)
-        return cls(where.to(device), terms.add_(shift[rows]).exp_(), N)
-
-    def add_to(self, w: Tensor, start: int, stop: int) -> None:
-        """Add the terms of columns [start, stop) into w (B, stop − start)."""
-        B, c = w.shape
-        if start == 0 and stop == self.size:  # one chunk: b · N + i is where w holds it
-            w.view(-1).index_add_(0, self.where, self.terms)
-            return
-        rows = torch.arange(B, device=w.device)
-        lo = torch.searchsorted(self.where, rows * self.size + start)  # (B,)
-        hi = torch.searchsorted(self.where, rows * self.size + stop)
-        counts = hi - lo  # each row's terms in the chunk: [lo, hi) of `where`, concatenated
-        take = torch.repeat_interleave(lo - (counts.cumsum(0) - counts), counts)
-        take += torch.arange(int(counts.sum()), device=w.device)
-        where = self.where[take]
-        b, i = where // self.size, where % self.size
-        w.view(-1).index_add_(0, b * c + (i - start), self.terms[take])
