@@ -174,9 +174,7 @@ class LocalDenseHeads:
         lse = torch.empty(atts[0].indices.shape[0], len(atts), dtype=torch.float64)
         top: TopLists = []
         for h, att in enumerate(atts):
-            idx = att.indices.cpu()
-            if self.offset:
-                idx = torch.where(idx >= 0, idx + self.offset, -1)
+            idx = self._catalog_rows(att.indices.cpu())
             top.append((idx, att.weights.double().cpu(), att.scores.double().cpu()))
             lse[:, h] = att.logsumexp.double().cpu()
         return top, lse
@@ -197,9 +195,7 @@ class LocalDenseHeads:
             idx = torch.where(found, at, -1)
             exact = exact_scores(head.q.to(head.keys.device), head.keys, at).double().cpu()
             w = (exact * head.scale - lse_h.double().cpu()[:, None]).exp().float().double()
-            idx = idx.cpu()
-            if self.offset:
-                idx = torch.where(idx >= 0, idx + self.offset, -1)
+            idx = self._catalog_rows(idx.cpu())
             top.append(
                 (
                     pad_right(idx, k, -1),
@@ -212,6 +208,11 @@ class LocalDenseHeads:
             )
             lse[:, h] = lse_h.double().cpu()
         return top, lse
+
+    def _catalog_rows(self, idx: Tensor) -> Tensor:
+        """These keys' rows idx (−1: padding) as the catalog's (a shard's keys start at its
+        offset)."""
+        return torch.where(idx >= 0, idx + self.offset, -1) if self.offset else idx
 
     def scores(self, cand: Tensor) -> Tensor:
         """From the candidates' gathered keys; rows outside these keys score 0 (a shard's part:
@@ -250,21 +251,21 @@ class LocalDenseHeads:
         B, Hd = pi.shape[0], len(self.heads)
         # the pass stays where the keys are
         device = self.heads[0].keys.device if self.heads else torch.device("cpu")
-        pi, lse, cand = pi.to(device), lse.to(device), (cand - self.offset).to(device)
+        pi, lse = pi.to(device), lse.to(device)
         # log π_h − lse_h (B, H): a term is exp(scale_h s − lse_h + log π_h), one pass fewer
         shift = pi.log() - lse
         ent = None
         if all(k is not None for k in self._scores):
             # the candidates' scores are a gather from the kept scores, and the entropy reads
             # those alone: in C on the CPU where it can
-            scores = self.scores(cand + self.offset).to(device)
+            scores = self.scores(cand).to(device)
             if device.type == "cpu":
                 kept = [cast(Tensor, k) for k in self._scores]
                 ent = entropy_in_c(self.heads, kept, shift, scored, size=self.size, mask=self.mask)
             gather = None
         else:
             scores = torch.zeros(B, cand.shape[1], Hd, dtype=torch.float64, device=device)
-            gather = (cand, scores)
+            gather = ((cand - self.offset).to(device), scores)  # these keys' rows
         if ent is None:
             ent = entropy_in_chunks(
                 self.heads,
