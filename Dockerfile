@@ -26,7 +26,10 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* \
     && (cd / && python -c "from models import cpu_kernels; assert cpu_kernels.available(), 'no C kernels'") \
     && python -c "from models.encoder import SentenceTransformerEncoder as E; E(backend='onnx', cache_dir='/opt/attend/onnx')" \
-    && useradd --create-home attend
+    && useradd --create-home attend \
+    && mkdir -p /var/lib/attend/served && chown attend:attend /var/lib/attend/served
+# the served forms (ATTEND_SERVED_DIR): docker-compose.yml mounts one volume there for every api
+# replica, which a named volume takes the owner of from this folder
 USER attend
 WORKDIR /home/attend
 

@@ -4,10 +4,13 @@
 #      (exits at once, saying so, where torch sees no CUDA device);
 #   2. benchmarks.service at 1 and 32 clients on the same index, the server on CUDA and on the
 #      CPU in turn: the service's q/s on the GPU against the CPU's;
-#   3. benchmarks.batch_floor on the same index and devices: a batch of B = 32 and 256 searches
-#      in one process against its floor (the encoder and one attend per dense head).
+#   3. benchmarks.batch_floor on the same index and devices: a batch of B = 1, 32 and 256
+#      searches in one process against its floor (the encoder and one attend per dense head);
+#   4. benchmarks.key_dtype on the same index and devices: float16 and bfloat16 keys against
+#      float32 (top 10s that differ, the largest weight error, q/s at B = 1 and 32, key bytes).
 # Without a GPU step 1 says so and step 2 runs its CPU half. Results go to $OUT (default
-# benchmarks/results/device): gpu.json, gpu.txt, service-<device>.json, batch-<device>-<B>.json.
+# benchmarks/results/device): gpu.json, gpu.txt, service-<device>.json, batch-<device>-<B>.json,
+# key-dtype-<device>.txt. (The core at N = 1M and 10M, B = 1, 16 and 256, in each dtype: step 1.)
 #
 #   bash benchmarks/device_check.sh                     # the shared catalog, else the demo one
 #   CATALOG=indexer/data/demo_books.jsonl SECONDS_PER_CELL=3 bash benchmarks/device_check.sh
@@ -53,11 +56,18 @@ done
 
 echo "== 3. benchmarks.batch_floor on: $DEVICES"
 for device in $DEVICES; do
-    for B in 32 256; do
+    for B in 1 32 256; do
         ATTEND_DEVICE="$device" timeout 120 "$PY" -m benchmarks.batch_floor \
             --database-url "sqlite:///$DB" --batch "$B" --rounds 3 --json \
             > "$OUT/batch-$device-$B.json" || echo "benchmarks.batch_floor on $device, B = $B failed"
         "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])); print(f\"{sys.argv[2]}: B = {r['B']} batch {r['batch_qps']:.1f} q/s, floor {r['floor_qps']:.1f}, batch/floor {r['batch_over_floor']:.2f}\")" \
             "$OUT/batch-$device-$B.json" "$device" || true
     done
+done
+
+echo "== 4. benchmarks.key_dtype on: $DEVICES"
+for device in $DEVICES; do
+    ATTEND_DEVICE="$device" timeout 150 "$PY" -m benchmarks.key_dtype \
+        --database-url "sqlite:///$DB" --rounds 2 | tee "$OUT/key-dtype-$device.txt" \
+        || echo "benchmarks.key_dtype on $device failed"
 done

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from itertools import accumulate, pairwise
 from typing import Any
 
-from indexer.text_column import TextColumn
+import numpy as np
+
+from indexer.text_column import TextColumn, text_arrays, text_of_arrays
+
+_NO_YEAR = np.iinfo(np.int64).min  # a year unknown, in `arrays()`
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,41 @@ class BookColumns:
         """These rows, then `other`'s."""
         return BookColumns(
             *(mine + theirs for mine, theirs in zip(self._columns(), other._columns(), strict=True))
+        )
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The columns as arrays, for a file (service/engine/served_form.py): each text column
+        its text and offsets, the authors one text column of names and each row's first name's
+        place in it, a year unknown as the least int64, a language unknown as a flag."""
+        names = TextColumn.of(name for row in self.authors for name in row)
+        out = {
+            **text_arrays("ids", self.ids),
+            **text_arrays("titles", self.titles),
+            **text_arrays("names", names),
+        }
+        out["author_starts"] = np.fromiter(
+            accumulate((len(a) for a in self.authors), initial=0), np.int64, len(self) + 1
+        )
+        out["years"] = np.array([_NO_YEAR if y is None else y for y in self.years], np.int64)
+        out.update(text_arrays("languages", [lang or "" for lang in self.languages]))
+        out["no_language"] = np.array([lang is None for lang in self.languages], np.bool_)
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> BookColumns:
+        """The columns `arrays()` gave."""
+        names = list(text_of_arrays(arrays, "names"))
+        starts = arrays["author_starts"].tolist()
+        languages = text_of_arrays(arrays, "languages")
+        return cls(
+            ids=text_of_arrays(arrays, "ids"),
+            titles=text_of_arrays(arrays, "titles"),
+            authors=[names[a:b] for a, b in pairwise(starts)],
+            years=[None if y == _NO_YEAR else y for y in arrays["years"].tolist()],
+            languages=[
+                None if none else lang
+                for lang, none in zip(languages, arrays["no_language"].tolist(), strict=True)
+            ],
         )
 
     def _columns(self) -> list[Any]:

@@ -10,7 +10,7 @@ response asks for it, a few per result.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import pairwise
 from typing import overload
 
@@ -93,10 +93,35 @@ class TextColumn(Sequence[str]):
     def __repr__(self) -> str:
         return f"TextColumn({len(self)} rows, {len(self._blob)} bytes)"
 
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The column as two arrays, (bytes,) uint8 text and (n + 1,) int64 offsets, for a
+        file (service/engine/served_form.py); `from_arrays` reads them back."""
+        return np.frombuffer(self._blob, np.uint8), np.frombuffer(self._starts, np.int64)
+
+    @classmethod
+    def from_arrays(cls, blob: np.ndarray, starts: np.ndarray) -> TextColumn:
+        """The column of `arrays()`, copied out of them (they may be a file's memory map)."""
+        offsets = array("q")
+        offsets.frombytes(np.ascontiguousarray(starts, np.int64).tobytes())
+        if len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(blob):
+            raise ValueError("a text column's offsets do not span its text")
+        return cls(np.ascontiguousarray(blob, np.uint8).tobytes(), offsets)
+
     @property
     def nbytes(self) -> int:
         """The column's own bytes: its text and offsets."""
         return len(self._blob) + self._starts.itemsize * len(self._starts)
+
+
+def text_arrays(name: str, column: Sequence[str]) -> dict[str, np.ndarray]:
+    """`column` as `{name}.text` and `{name}.starts` (`TextColumn.arrays`)."""
+    blob, starts = TextColumn.of(column).arrays()
+    return {f"{name}.text": blob, f"{name}.starts": starts}
+
+
+def text_of_arrays(arrays: Mapping[str, np.ndarray], name: str) -> TextColumn:
+    """The column `text_arrays(name, …)` put in `arrays`."""
+    return TextColumn.from_arrays(arrays[f"{name}.text"], arrays[f"{name}.starts"])
 
 
 class RowLookup:

@@ -21,10 +21,12 @@ DenseHeadSpec = Sequence[tuple[str, float]]  # a query's dense heads: (field, sc
 
 
 def key_dtype_for(device: torch.device, preference: str) -> torch.dtype:
-    """`auto`: float16 on CUDA (half the bytes to stream; scores still accumulate in fp32),
-    float32 on the CPU, which has no fast half-precision matrix product."""
+    """`auto`: float32 on every device. Half-precision keys halve the bytes streamed and held,
+    but rounding the keys moves the weights past 1e-3 and changes some top 10s of the queries
+    readers type (benchmarks/key_dtype.py, docs/configuration.md): an option, not the default
+    of a core whose weights are exact."""
     if preference == "auto":
-        return torch.float16 if device.type == "cuda" else torch.float32
+        return torch.float32
     return _DTYPES[preference]
 
 

@@ -104,6 +104,19 @@ def _onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ["ATTEND_ONNX_CACHE_DIR"] = old
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _served_forms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The served forms of every test's databases in one folder of the run (by default a
+    PostgreSQL database's go to the user's cache folder, where a test's would stay)."""
+    old = os.environ.get("ATTEND_SERVED_DIR")
+    os.environ["ATTEND_SERVED_DIR"] = str(tmp_path_factory.mktemp("served"))
+    yield
+    if old is None:
+        del os.environ["ATTEND_SERVED_DIR"]
+    else:
+        os.environ["ATTEND_SERVED_DIR"] = old
+
+
 @pytest.fixture
 def fake_encoder() -> FakeEncoder:
     return FakeEncoder()

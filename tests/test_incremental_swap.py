@@ -73,7 +73,9 @@ def test_a_swap_answers_as_a_fresh_start(tmp_path: Path, caplog: pytest.LogCaptu
     first = tmp_path / "books.jsonl"
     first.write_text("".join(json.dumps(b) + "\n" for b in books), encoding="utf-8")
     index_with_model(url, first)
-    settings = ServiceSettings(database_url=url, device="cpu", generation_poll_s=0)
+    settings = ServiceSettings(
+        database_url=url, device="cpu", generation_poll_s=0, served_dir=str(tmp_path / "forms")
+    )
     ids = [str(books[0]["id"]), str(books[14]["id"]), "new-dragons", "new-rivers"]
     with TestClient(create_app(settings)) as swapped:
         second = tmp_path / "edited.jsonl"
@@ -89,8 +91,11 @@ def test_a_swap_answers_as_a_fresh_start(tmp_path: Path, caplog: pytest.LogCaptu
         assert "zyxquor" in served.lexical.postings.terms  # the new word
         after_swap = _answers(swapped, ids)
         swapped_bytes = _lexical_bytes(served)
-    with TestClient(create_app(settings)) as fresh:
-        fresh_served = fresh.app.state.searcher.index  # type: ignore[attr-defined]
-        assert fresh_served.generation == served.generation
-        assert _answers(fresh, ids) == after_swap
-        assert _lexical_bytes(fresh_served) == swapped_bytes
+    # a start from the database, and one from the served form the swap wrote
+    for served_dir in ("", str(settings.served_dir)):
+        start = settings.model_copy(update={"served_dir": served_dir})
+        with TestClient(create_app(start)) as fresh:
+            fresh_served = fresh.app.state.searcher.index  # type: ignore[attr-defined]
+            assert fresh_served.generation == served.generation
+            assert _answers(fresh, ids) == after_swap
+            assert _lexical_bytes(fresh_served) == swapped_bytes

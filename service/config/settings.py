@@ -33,7 +33,8 @@ class ServiceSettings(StoreSettings, RaySettings, RunSettings, RankingSettings):
     )
     key_dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
         "auto",
-        description="Keys in memory: auto is float16 on CUDA and float32 on the CPU.",
+        description="Keys in memory: auto is float32 on every device; float16 and bfloat16 "
+        "halve their bytes at a cost in exactness (docs/configuration.md).",
     )
     chunk_size: int | None = Field(
         None,
@@ -218,6 +219,14 @@ class ServiceSettings(StoreSettings, RaySettings, RunSettings, RankingSettings):
                 )
         return origins
 
+    served_dir: str | None = Field(
+        None,
+        description="Folder of the served forms: each generation's keys, book columns, BM25 "
+        "postings and names as files a start memory-maps instead of reading every row "
+        "(service/engine/served_form.py). Default: beside a SQLite database file "
+        "(`<file>.served`), else `served/` in Attend's cache folder; empty: none, every start "
+        "reads the database.",
+    )
     generation_poll_s: float = Field(
         2.0,
         ge=0,

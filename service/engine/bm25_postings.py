@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import bm25s
 import numpy as np
+
+from indexer.text_column import text_arrays, text_of_arrays
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,38 @@ class Postings:
             token_rows=moves.changed,
             lengths=lengths,
         )
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The postings as arrays, for a file (service/engine/served_form.py)."""
+        return {
+            **text_arrays("terms", self.terms),
+            "indptr": self.indptr,
+            "rows": self.rows,
+            "counts": self.counts,
+            "lengths": self.lengths,
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> Postings:
+        """The postings `arrays()` gave, checked to be whole: the scores index them."""
+        postings = cls(
+            terms=list(text_of_arrays(arrays, "terms")),
+            # the file's pages, not copies: nothing writes postings (a swap makes new ones)
+            indptr=np.asarray(arrays["indptr"], np.int64),
+            rows=np.asarray(arrays["rows"], np.int32),
+            counts=np.asarray(arrays["counts"]),
+            lengths=np.asarray(arrays["lengths"], np.int32),
+        )
+        nnz, n = len(postings.rows), len(postings.lengths)
+        if (
+            len(postings.indptr) != len(postings.terms) + 1
+            or postings.indptr[0] != 0
+            or postings.indptr[-1] != nnz
+            or len(postings.counts) != nnz
+            or (nnz and not 0 <= postings.rows.min() <= postings.rows.max() < n)
+        ):
+            raise ValueError("BM25 postings that do not hold together")
+        return postings
 
     def term_ids(self) -> dict[str, int]:
         return {t: i for i, t in enumerate(self.terms)}
@@ -190,12 +224,18 @@ class TermScores:
 
 
 def lucene_bm25(
-    postings: Postings, *, held: bool = False, k1: float = 1.5, b: float = 0.75
+    postings: Postings,
+    *,
+    held: bool = False,
+    scores: np.ndarray | None = None,
+    k1: float = 1.5,
+    b: float = 0.75,
 ) -> bm25s.BM25:
     """A bm25s index (queried with its own `get_scores`) over the postings' scores: each
     computed when a query reads it (`TermScores`), or all at once and held (`held`: for the
     more-like-this index, whose queries, a book's every word, read long posting lists; computed
-    as they read them, its scores of a book took 3.8× as long at 30,000 books)."""
+    as they read them, its scores of a book took 3.8× as long at 30,000 books); `scores`: those
+    held scores, computed before (a served form's)."""
     n = len(postings.lengths)
     df = np.diff(postings.indptr)
     # idf as bm25s computes it, in Python floats, one log per distinct document frequency
@@ -213,7 +253,7 @@ def lucene_bm25(
     index = bm25s.BM25(k1=k1, b=b)
     index.nonoccurrence_array = None  # Lucene's BM25 has none
     index.scores = {
-        "data": data[:] if held else data,
+        "data": (data[:] if scores is None else scores) if held else data,
         "indices": postings.rows,
         "indptr": postings.indptr,
         "num_docs": n,

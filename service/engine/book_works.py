@@ -20,6 +20,8 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+import numpy as np
+
 AuthorKey = tuple[str, ...]  # a name's folded words (service/engine/catalog_names.py fold)
 
 _CLOSING = re.compile(r"\s*\([^()]*\)\s*$")
@@ -86,14 +88,27 @@ class Works:
                 other = first_of.setdefault(key, row)
                 parent[find(row)] = find(other)
         # a work's id (one of its rows) by row: 4 bytes a row, not a list of int objects
-        self.work = array("i", (find(r) for r in range(n)))
+        self._group(array("i", (find(r) for r in range(n))))
+
+    @classmethod
+    def from_work(cls, work: np.ndarray) -> Works:
+        """The works of rows whose work ids are `work` ((N,) int32, the `work` of works built
+        from the catalog: a row's work id is one of its rows)."""
+        if len(work) and not 0 <= int(work.min()) <= int(work.max()) < len(work):
+            raise ValueError("work ids that are not rows")
+        works = cls.__new__(cls)
+        works._group(array("i", np.ascontiguousarray(work, np.int32).tobytes()))
+        return works
+
+    def _group(self, work: array[int]) -> None:
+        self.work = work
         # the works of two or more editions only: most books are their work's one edition
         # (a list each of those was 170 bytes a book)
         many = {w for w, count in Counter(self.work).items() if count > 1}
         self._editions: dict[int, list[int]] = {}
-        for row, work in enumerate(self.work):
-            if work in many:
-                self._editions.setdefault(work, []).append(row)
+        for row, w in enumerate(self.work):
+            if w in many:
+                self._editions.setdefault(w, []).append(row)
 
     def editions(self, row: int) -> list[int]:
         """The other editions of the row's work, in catalog order."""

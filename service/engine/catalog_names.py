@@ -23,11 +23,15 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Sequence, Sized
+from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 
+import numpy as np
+
+from indexer.text_column import text_arrays, text_of_arrays
 from models.text import normalize_text, without_combining
 from service.engine.book_works import Works, principal_authors
+from service.engine.row_lists import lists_arrays, lists_of
 from service.engine.spelling import deletions, one_edit
 from service.engine.subject_headings import SubjectHeadings
 
@@ -121,40 +125,124 @@ class CatalogNames:
         *,
         subjects: Sequence[Sequence[str]] | None = None,
     ):
-        self._author_rows: dict[tuple[str, ...], list[int]] = {}
-        self._display: dict[tuple[str, ...], str] = {}
-        self._row_authors: list[tuple[tuple[str, ...], ...]] = []
+        row_authors: list[tuple[tuple[str, ...], ...]] = []
+        display: dict[tuple[str, ...], str] = {}
         # one tuple object per distinct name and per distinct tuple of a row's names: each
         # row's own folded copies cost ~340 bytes a book (32 MiB at 100,000 books)
         one_key: dict[tuple[str, ...], tuple[str, ...]] = {}
         row_keys: dict[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]] = {}
-        for row, names in enumerate(authors):
+        for names in authors:
             keys: list[tuple[str, ...]] = []
             for name in names:
                 key = tuple(fold(name))[:MAX_NAME_TOKENS]
                 if key and key not in keys and key not in _NOT_AUTHORS:
                     key = one_key.setdefault(key, key)
                     keys.append(key)
-                    self._author_rows.setdefault(key, []).append(row)
-                    self._display.setdefault(key, name)
-            self._row_authors.append(row_keys.setdefault(tuple(keys), tuple(keys)))
+                    display.setdefault(key, name)
+            row_authors.append(row_keys.setdefault(tuple(keys), tuple(keys)))
         del one_key, row_keys
+        self._index_authors(row_authors, display)
+        self.works = Works(titles, self.principal, descriptions, fold)
+        self._index_series(list(map(series_keys, titles)))
+        self.subjects = SubjectHeadings(subjects, len(titles), fold)
+        self._surnames = self._name_like(self._index_names(), titles, descriptions)
+        self._index_tokens()
+
+    # ---- as arrays (service/engine/served_form.py): what took reading every title,
+    # description and name; the indexes over them are made again from these
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The names as arrays: the authors (their folded words and the name as written), each
+        row's authors, each row's work, each row's series, the subject headings, and the
+        surnames that are words more than names (`_name_like`)."""
+        authors = list(self._author_rows)
+        number = {key: i for i, key in enumerate(authors)}
+        series = list(self._series_rows)
+        in_series = {key: i for i, key in enumerate(series)}
+        kept = {s[0] for s in self._surnames if len(s) == 1}
+        words = sorted({s[0] for s in self._all_surnames if len(s) == 1} - kept)
+        return {
+            **text_arrays("authors", [" ".join(key) for key in authors]),
+            **text_arrays("display", [self._display[key] for key in authors]),
+            **lists_arrays(
+                "row_authors", [[number[k] for k in keys] for keys in self._row_authors]
+            ),
+            "works": np.frombuffer(self.works.work, np.int32),
+            **text_arrays("series", series),
+            **lists_arrays(
+                "row_series", [[in_series[k] for k in keys] for keys in self._row_series]
+            ),
+            **{f"subjects.{k}": v for k, v in self.subjects.arrays().items()},
+            **text_arrays("words", words),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> CatalogNames:
+        """The names `arrays()` gave, nothing folded again."""
+        names = cls.__new__(cls)
+        authors = [tuple(key.split(" ")) for key in text_of_arrays(arrays, "authors")]
+        display = dict(zip(authors, text_of_arrays(arrays, "display"), strict=True))
+        row_keys: dict[tuple[int, ...], tuple[tuple[str, ...], ...]] = {}
+        row_authors = [
+            row_keys.get(ids) or row_keys.setdefault(ids, tuple(authors[i] for i in ids))
+            for ids in lists_of(arrays, "row_authors", len(authors))
+        ]
+        names._index_authors(row_authors, display)
+        names.works = Works.from_work(arrays["works"])
+        series = list(text_of_arrays(arrays, "series"))
+        one: dict[tuple[int, ...], tuple[str, ...]] = {}
+        names._index_series(
+            [
+                one.get(ids) or one.setdefault(ids, tuple(series[i] for i in ids))
+                for ids in lists_of(arrays, "row_series", len(series))
+            ]
+        )
+        names.subjects = SubjectHeadings.from_arrays(
+            {k.removeprefix("subjects."): v for k, v in arrays.items() if k.startswith("subjects.")}
+        )
+        words = set(text_of_arrays(arrays, "words"))
+        names._surnames = {
+            s: keys
+            for s, keys in names._index_names().items()
+            if not (len(s) == 1 and s[0] in words)
+        }
+        names._index_tokens()
+        if len(row_authors) != len(names.works.work) or len(row_authors) != len(names._row_series):
+            raise ValueError("catalog names whose columns are not one length")
+        return names
+
+    def _index_authors(
+        self,
+        row_authors: list[tuple[tuple[str, ...], ...]],
+        display: dict[tuple[str, ...], str],
+    ) -> None:
+        """Each author's rows and principal rows, from each row's authors."""
+        self._row_authors = row_authors
+        self._display = display
+        self._author_rows: dict[tuple[str, ...], list[int]] = {}
+        for row, keys in enumerate(row_authors):
+            for key in keys:
+                self._author_rows.setdefault(key, []).append(row)
         self.principal = principal_authors(self._row_authors, self._author_rows)
         self._principal_rows: dict[tuple[str, ...], list[int]] = {}
         for row, principal in enumerate(self.principal):
             for key in principal:
                 self._principal_rows.setdefault(key, []).append(row)
-        self.works = Works(titles, self.principal, descriptions, fold)
+
+    def _index_series(self, row_series: list[tuple[str, ...]]) -> None:
         one_series: dict[tuple[str, ...], tuple[str, ...]] = {}  # one object each, as above
-        self._row_series = [one_series.setdefault(k, k) for k in map(series_keys, titles)]
+        self._row_series = [one_series.setdefault(k, k) for k in row_series]
         del one_series
         self._series_rows: dict[str, list[int]] = {}
         for row, series in enumerate(self._row_series):
             for one in series:
                 self._series_rows.setdefault(one, []).append(row)
-        self.subjects = SubjectHeadings(subjects, len(titles), fold)
-        # what a query's words can name: a full name, the name without its initials, any
-        # ending of two or more words of that ("garcia marquez", "le guin"), and a surname
+
+    def _index_names(self) -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+        """What a query's words can name (`_phrases`, `_endings`), and each surname's authors
+        (`_all_surnames`, returned: `_name_like` keeps those a query may name alone)."""
+        # a full name, the name without its initials, any ending of two or more words of that
+        # ("garcia marquez", "le guin"), and a surname
         self._phrases: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
         # a name's last word by the words before it: "jane" → {"austen", …}
         self._endings: dict[tuple[str, ...], set[str]] = {}
@@ -166,7 +254,11 @@ class CatalogNames:
                     self._phrases.setdefault(form, set()).add(key)
                     self._endings.setdefault(form[:-1], set()).add(form[-1])
             surnames.setdefault(surname(core), set()).add(key)
-        self._surnames = self._name_like(surnames, titles, descriptions)
+        self._all_surnames = surnames
+        return surnames
+
+    def _index_tokens(self) -> None:
+        """The author words a misspelt query word may be (`_corrected`)."""
         self._tokens = {t for key in self._author_rows for t in key if len(t) >= FUZZY_MIN_LENGTH}
         deleted: dict[str, set[str]] = {}
         for t in self._tokens:

@@ -26,7 +26,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import bm25s
 import numpy as np
@@ -110,6 +110,17 @@ class LexicalIndex:
             len(moves.changed),
             time.perf_counter() - t0,
         )
+        return index
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The index as arrays, its postings (service/engine/served_form.py)."""
+        return self.postings.arrays()
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> LexicalIndex:
+        """The index `arrays()` gave: the same scores, nothing tokenized."""
+        index = cls.__new__(cls)
+        index._build(Postings.from_arrays(arrays))
         return index
 
     def _build(self, postings: Postings) -> None:
@@ -205,17 +216,46 @@ class LikeThisIndex:
         )
         return index
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The index as arrays: its postings and each book's own words."""
+        return {
+            **self.postings.arrays(),
+            "scores": self._bm25.scores["data"],
+            "own.starts": self._starts,
+            "own.tokens": self._tokens,
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> LikeThisIndex:
+        """The index `arrays()` gave: the same scores and queries, nothing tokenized."""
+        postings = Postings.from_arrays(arrays)
+        starts = np.asarray(arrays["own.starts"], np.int64)
+        tokens = np.asarray(arrays["own.tokens"])
+        scores = np.asarray(arrays["scores"], np.float32)
+        n = len(postings.lengths)
+        if len(starts) != n + 1 or starts[0] != 0 or starts[-1] != len(tokens):
+            raise ValueError("a more-like-this index whose books' words do not hold together")
+        if len(tokens) and int(tokens.max()) >= len(postings.terms):
+            raise ValueError("a more-like-this index whose books' words are not its terms")
+        if len(scores) != len(postings.rows):
+            raise ValueError("a more-like-this index whose scores are not its postings'")
+        index = cls.__new__(cls)
+        index._build(postings, RowTokens(tokens, np.diff(starts)), None, scores=scores)
+        return index
+
     def _build(
         self,
         postings: Postings,
         own: RowTokens,
         previous: tuple[LikeThisIndex, RowMoves] | None,
+        *,
+        scores: np.ndarray | None = None,
     ) -> None:
         """`own`: every row's tokens (previous None), or the changed rows' (the rest are the
         previous index's, renumbered to these postings' term ids)."""
         self.postings = postings
         self.size = len(postings.lengths)
-        self._bm25 = lucene_bm25(postings, held=True)
+        self._bm25 = lucene_bm25(postings, held=True, scores=scores)
         ids = self._bm25.vocab_dict
         # each book's query, its own tokens: (Σ tokens,) int32 and where each book's starts
         if previous is None:
@@ -240,7 +280,8 @@ class LikeThisIndex:
             flat[~moved] = own.ids
         self._starts = np.concatenate([[0], np.cumsum(lengths)])
         # 2 bytes a token while the term ids fit (200 bytes a book before, at 100,000 books)
-        self._tokens = flat.astype(np.uint16) if len(postings.terms) <= 1 << 16 else flat
+        wide = len(postings.terms) > 1 << 16
+        self._tokens = np.asarray(flat, np.int32 if wide else np.uint16)
 
     def scores(self, rows: Sequence[int]) -> np.ndarray:
         """(R, N) float32 BM25 scores of each book's text (zeros for a book without a word)."""

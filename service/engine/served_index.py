@@ -10,7 +10,7 @@ reaches through the same interface.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -19,7 +19,7 @@ from torch import Tensor
 
 from indexer.book_columns import BookColumns
 from indexer.filters import FilterColumns, Filters
-from indexer.loaded_index import IndexDiff, LoadedIndex
+from indexer.loaded_index import VALUE_FIELD, IndexDiff, LoadedIndex
 from models.device import pick_device
 from models.heads import DenseHeads
 from models.keys import DenseHeadSpec, LocalKeys
@@ -139,6 +139,57 @@ class ServedIndex:
         )
         self.filters = FilterColumns(index.books, device=keys.device)
         self.readers = readers_of(rating_counts)
+
+    def arrays(self, keys: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """This index as arrays, its served form (service/engine/served_form.py): the books,
+        both BM25 indexes, the names, the readers' prior, and `keys` (field → (N, d), the
+        loaded index's, stored (d, N))."""
+        parts = {
+            "books": self.books.arrays(),
+            "lexical": self.lexical.arrays(),
+            "like_this": self.like_this.arrays(),
+            "names": self.names.arrays(),
+        }
+        out = {f"{part}.{name}": a for part, arrays in parts.items() for name, a in arrays.items()}
+        out.update({f"keys.{field}": k.T for field, k in keys.items()})
+        if self.readers is not None:
+            out["readers"] = self.readers.numpy()
+        return out
+
+    @classmethod
+    def from_arrays(
+        cls,
+        arrays: Mapping[str, np.ndarray],
+        place: Callable[[LoadedIndex], KeyStore],
+        *,
+        model: str,
+        generation: int,
+    ) -> ServedIndex:
+        """The served index `arrays()` gave, its keys placed by `place`: nothing tokenized,
+        folded or parsed again. ValueError for arrays that do not hold together."""
+
+        def part(name: str) -> dict[str, np.ndarray]:
+            prefix = f"{name}."
+            return {k.removeprefix(prefix): v for k, v in arrays.items() if k.startswith(prefix)}
+
+        books = BookColumns.from_arrays(part("books"))
+        keys = {field: k.T for field, k in part("keys").items()}  # (N, d) views of (d, N)
+        if any(k.shape[0] != len(books) for k in keys.values()):
+            raise ValueError("keys of another number of books than the books'")
+        index = LoadedIndex(books, keys, model, generation, values=keys.get(VALUE_FIELD))
+        served = cls.__new__(cls)
+        served.books, served.model, served.generation = books, model, generation
+        served.keys = place(index)
+        served.lexical = LexicalIndex.from_arrays(part("lexical"))
+        served.like_this = LikeThisIndex.from_arrays(part("like_this"))
+        served.names = CatalogNames.from_arrays(part("names"))
+        served.filters = FilterColumns(books, device=served.keys.device)
+        readers = arrays.get("readers")
+        served.readers = None if readers is None else torch.from_numpy(np.array(readers))
+        sizes = {len(served.lexical), served.like_this.size, len(served.names.works.work)}
+        if sizes != {len(books)} or (readers is not None and len(readers) != len(books)):
+            raise ValueError("parts of other numbers of books than the books'")
+        return served
 
     @classmethod
     def local(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from pathlib import Path
 from typing import Protocol
 
 from sqlalchemy import Engine
@@ -16,10 +17,12 @@ from indexer import loaded_index, store
 from indexer.db import SchemaError
 from indexer.loaded_index import IndexDiff, LoadedIndex
 from indexer.settings import IndexSettings, StoreSettings
+from models.defaults import user_cache_dir
 from models.device import pick_device
 from models.encoder import Encoder, SentenceTransformerEncoder
 from models.keys import LocalKeys
 from service.config.settings import ServiceSettings
+from service.engine import served_form
 from service.engine.reloader import GenerationWatcher, return_free_heap
 from service.engine.searcher import Searcher
 from service.engine.served_index import KeyStore, ServedIndex, row_moves
@@ -146,17 +149,85 @@ def build_served(
     return served
 
 
-def load_served(placement: KeyPlacement, session: Session, *, model: str) -> ServedIndex:
-    """The served index of the generation `placement` serves first."""
-    active = store.active_generation_id(session=session)
-    index = load_index(session, model=model, generation=placement.first(active))
-    return build_served(placement, index, session)
+def served_root(settings: ServiceSettings, engine: Engine) -> Path | None:
+    """Where the served forms are (service/engine/served_form.py): `settings.served_dir`, by
+    default beside a SQLite database file, else in Attend's cache folder; None for none (an
+    empty setting, an in-memory database)."""
+    if settings.served_dir is not None:
+        return Path(settings.served_dir).expanduser() if settings.served_dir else None
+    if engine.dialect.name == "sqlite":
+        file = engine.url.database
+        return None if not file or file == ":memory:" else Path(f"{file}.served")
+    return user_cache_dir() / "served"
+
+
+def load_served(
+    placement: KeyPlacement, session: Session, *, model: str, forms: Path | None = None
+) -> ServedIndex:
+    """The served index of the generation `placement` serves first: from its served form under
+    `forms` where there is one that is whole and the database's, else from the database (and
+    its served form then written there)."""
+    generation = placement.first(store.active_generation_id(session=session))
+    stamp = None
+    if forms is not None:
+        stamp = served_form.stamp_of(session, generation=generation, model=model)
+        if stamp is not None and (served := _from_form(placement, forms, stamp)) is not None:
+            return served
+    index = load_index(session, model=model, generation=generation)
+    served = build_served(placement, index, session)
+    if stamp is not None and forms is not None and len(index):
+        served_form.write(forms, stamp, served.arrays(index.keys))
+    return served
+
+
+def _from_form(
+    placement: KeyPlacement, forms: Path, stamp: served_form.Stamp
+) -> ServedIndex | None:
+    t0 = time.perf_counter()
+    arrays = served_form.read(forms, stamp)
+    if arrays is None:
+        return None
+    try:
+        served = ServedIndex.from_arrays(
+            arrays, placement.keys, model=stamp.model, generation=stamp.generation
+        )
+    except (ValueError, KeyError) as e:  # arrays that do not hold together, or one missing
+        served_form.discard(forms, stamp, f"{type(e).__name__}: {e}")
+        return None
+    logger.info(
+        "generation %s: %d books, %s, served from %s in %.2f s",
+        stamp.generation,
+        len(served),
+        served.keys,
+        forms / stamp.folder,
+        time.perf_counter() - t0,
+    )
+    return served
+
+
+def write_form(forms: Path, served: ServedIndex, engine: Engine) -> None:
+    """The served form of `served`, a generation swapped in, written under `forms` (keys in
+    this process only: a cluster's router writes its form at a start)."""
+    if not isinstance(served.keys, LocalKeys) or not len(served):
+        return
+    with Session(engine) as session:
+        stamp = served_form.stamp_of(session, generation=served.generation, model=served.model)
+    if stamp is not None:
+        served_form.write(forms, stamp, served.arrays(served.keys.host()))
 
 
 def follow(
     settings: ServiceSettings, placement: KeyPlacement, *, engine: Engine, searcher: Searcher
 ) -> GenerationWatcher:
-    """What swaps the searcher to each new generation once `placement` has its keys."""
+    """What swaps the searcher to each new generation once `placement` has its keys, and
+    writes each one's served form once it serves (the next start reads it)."""
+    forms = served_root(settings, engine)
+
+    def swapped(served: ServedIndex) -> None:
+        placement.served(served.generation)
+        if forms is not None:
+            write_form(forms, served, engine)
+
     return GenerationWatcher(
         engine=engine,
         searcher=searcher,
@@ -164,7 +235,7 @@ def follow(
         poll_s=settings.generation_poll_s,
         ready=placement.ready,
         incremental=placement.incremental,
-        on_swap=lambda served: placement.served(served.generation),
+        on_swap=swapped,
     )
 
 
@@ -179,8 +250,11 @@ def build_searcher(
     index, its keys placed by `placement` (this process's device unless given), ready to
     search."""
     encoder = encoder or build_encoder(settings)
+    forms = served_root(settings, engine)
     with Session(engine) as session:
-        index = load_served(placement or LocalPlacement(settings), session, model=encoder.name)
+        index = load_served(
+            placement or LocalPlacement(settings), session, model=encoder.name, forms=forms
+        )
     # what the load freed (the rows read, the descriptions, the BM25 builds' tokens) back to
     # the OS: glibc kept ~100 MiB of it at 100,000 books, in the resident memory for good
     return_free_heap()

@@ -6,7 +6,12 @@ many and how specific the shared ones are."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from indexer.text_column import text_arrays, text_of_arrays
+from service.engine.row_lists import lists_arrays, lists_of
 
 MIN_SHARED = 0.5  # `mates`: how much two books share of headings, at the least
 
@@ -18,6 +23,25 @@ class SubjectHeadings:
         self, subjects: Sequence[Sequence[str]] | None, n: int, fold: Callable[[str], list[str]]
     ):
         self._row, self._rows = _index(subjects, n, fold)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The headings kept and each row's, as arrays (service/engine/served_form.py)."""
+        keys = list(self._rows)
+        number = {key: i for i, key in enumerate(keys)}
+        rows = [[number[k] for k in row] for row in self._row]
+        return {**text_arrays("headings", keys), **lists_arrays("row", rows)}
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> SubjectHeadings:
+        """The headings `arrays()` gave."""
+        keys = list(text_of_arrays(arrays, "headings"))
+        headings = cls.__new__(cls)
+        headings._row = [tuple(keys[i] for i in ids) for ids in lists_of(arrays, "row", len(keys))]
+        headings._rows = {key: [] for key in keys}
+        for row, held in enumerate(headings._row):
+            for key in held:
+                headings._rows[key].append(row)
+        return headings
 
     def mates(self, row: int) -> dict[int, float]:
         """The other books that share one of the book's subject headings (folded; a heading

@@ -1,0 +1,29 @@
+"""Each row's list of ids (its authors, series, subject headings, as numbers into a table of
+them) as two arrays, for a served form (service/engine/served_form.py): the ids one row after
+another, and where each row's start: a list per row without an object per row."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from itertools import accumulate, pairwise
+
+import numpy as np
+
+
+def lists_arrays(name: str, lists: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
+    """`lists` as `{name}.ids` ((Σ len,) int32) and `{name}.starts` ((R + 1,) int64)."""
+    starts = np.fromiter(accumulate(map(len, lists), initial=0), np.int64, len(lists) + 1)
+    ids = np.fromiter((i for one in lists for i in one), np.int32, int(starts[-1]))
+    return {f"{name}.ids": ids, f"{name}.starts": starts}
+
+
+def lists_of(arrays: Mapping[str, np.ndarray], name: str, bound: int) -> list[tuple[int, ...]]:
+    """The lists `lists_arrays` gave, a tuple each. ValueError where they do not span their ids
+    or an id is not below `bound` (the size of its table)."""
+    ids, starts = arrays[f"{name}.ids"], arrays[f"{name}.starts"].tolist()
+    if not starts or starts[0] != 0 or starts[-1] != len(ids):
+        raise ValueError(f"{name}: lists that do not span their ids")
+    if len(ids) and not 0 <= int(ids.min()) <= int(ids.max()) < bound:
+        raise ValueError(f"{name}: ids out of their table")
+    every = ids.tolist()
+    return [tuple(every[a:b]) for a, b in pairwise(starts)]
