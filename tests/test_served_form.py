@@ -274,6 +274,16 @@ def test_abandoned_writes_go_after_an_hour_and_younger_ones_stay(tmp_path: Path)
     assert sorted(p.name for p in index.iterdir()) == sorted([".writing-young", "g7-abc", written])
 
 
+def test_a_form_another_replica_wrote_meanwhile_stays(tmp_path: Path) -> None:
+    stamp = served_form.Stamp("some-index", 3, "m", "1:1:1")
+    first = served_form.write(tmp_path, stamp, {"a": np.arange(3)})
+    again = served_form.write(tmp_path, stamp, {"a": np.arange(5)})
+    assert first == again and first is not None
+    read = served_form.read(tmp_path, stamp)
+    assert read is not None and np.array_equal(read["a"], np.arange(3))  # the first, whole
+    assert [p.name for p in first.parent.iterdir()] == [first.name]  # no copy left beside it
+
+
 def test_where_the_forms_go(tmp_path: Path) -> None:
     sqlite = db.create_db_engine(f"sqlite:///{tmp_path / 'books.db'}")
     memory = db.create_db_engine("sqlite://")

@@ -151,6 +151,9 @@ def write(root: Path, stamp: Stamp, arrays: Mapping[str, np.ndarray]) -> Path | 
     goes on, and the next start builds again."""
     t0 = time.perf_counter()
     final = root / stamp.folder
+    if (final / MANIFEST).is_file():  # another replica's, since this one's start found none
+        logger.info("the served form at %s is written already (by another process)", final)
+        return final
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=final.parent))
@@ -163,8 +166,10 @@ def write(root: Path, stamp: Stamp, arrays: Mapping[str, np.ndarray]) -> Path | 
             manifest = {"format": FORMAT, "stamp": asdict(stamp), "arrays": listed}
             (staging / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
             _sync(staging)
-            if final.exists():  # another process wrote it first, or one that failed its check
-                shutil.rmtree(final, ignore_errors=True)
+            # one there now is another replica's, written meanwhile (a start removes a form
+            # that fails its check before it builds): it stays, whole, for whoever reads it
+            if final.exists():
+                return final
             os.replace(staging, final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
