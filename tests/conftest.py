@@ -91,30 +91,33 @@ class FakeEncoder:
         return out
 
 
+@contextmanager
+def _run_folder(variable: str, folder: Path) -> Iterator[None]:
+    """The environment variable `variable` naming `folder` while the run lasts (in-process
+    settings and `attend` subprocesses, which inherit the environment, alike)."""
+    old = os.environ.get(variable)
+    os.environ[variable] = str(folder)
+    yield
+    if old is None:
+        del os.environ[variable]
+    else:
+        os.environ[variable] = old
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One ONNX export of the real model for the whole run, shared by in-process encoders and
-    `attend` subprocesses (which inherit the environment), instead of one per working folder."""
-    old = os.environ.get("ATTEND_ONNX_CACHE_DIR")
-    os.environ["ATTEND_ONNX_CACHE_DIR"] = str(tmp_path_factory.mktemp("onnx-cache"))
-    yield
-    if old is None:
-        del os.environ["ATTEND_ONNX_CACHE_DIR"]
-    else:
-        os.environ["ATTEND_ONNX_CACHE_DIR"] = old
+    `attend` subprocesses, instead of one per working folder."""
+    with _run_folder("ATTEND_ONNX_CACHE_DIR", tmp_path_factory.mktemp("onnx-cache")):
+        yield
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _served_forms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The served forms of every test's databases in one folder of the run (by default a
     PostgreSQL database's go to the user's cache folder, where a test's would stay)."""
-    old = os.environ.get("ATTEND_SERVED_DIR")
-    os.environ["ATTEND_SERVED_DIR"] = str(tmp_path_factory.mktemp("served"))
-    yield
-    if old is None:
-        del os.environ["ATTEND_SERVED_DIR"]
-    else:
-        os.environ["ATTEND_SERVED_DIR"] = old
+    with _run_folder("ATTEND_SERVED_DIR", tmp_path_factory.mktemp("served")):
+        yield
 
 
 @pytest.fixture
