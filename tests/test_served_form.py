@@ -260,6 +260,22 @@ def test_a_swap_writes_its_form_and_the_older_goes(engine: Engine, tmp_path: Pat
         assert_same(swapped, _load(engine, forms))
 
 
+def test_a_swap_with_half_precision_keys_writes_no_form(engine: Engine, tmp_path: Path) -> None:
+    """Its keys are rounded: a form of them would hand a float32 start keys the database lacks."""
+    index_file(engine, DEMO_CATALOG)
+    forms = tmp_path / "forms"
+    settings = _settings(engine, forms, key_dtype="bfloat16")
+    with TestClient(create_app(settings, encoder=FakeEncoder())) as client:
+        assert (forms / _stamp(engine).folder / served_form.MANIFEST).is_file()  # from the rows
+        books = [json.loads(line) for line in DEMO_CATALOG.read_text().splitlines()]
+        books[0]["description"] = "Rewritten: a story of lighthouses and their keepers."
+        index_file(engine, write_jsonl(tmp_path / "edited.jsonl", books))
+        client.app.state.watcher.check()  # type: ignore[attr-defined]
+        assert client.app.state.searcher.index.generation == _stamp(engine).generation  # type: ignore[attr-defined]
+    assert not (forms / _stamp(engine).folder).exists()
+    assert_same(_load(engine, None), _load(engine, forms))  # the next start: from the rows
+
+
 def test_abandoned_writes_go_after_an_hour_and_younger_ones_stay(tmp_path: Path) -> None:
     index = tmp_path / "forms" / "some-index"
     old, young, kept = index / ".writing-old", index / ".writing-young", index / "g7-abc"

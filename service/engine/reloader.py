@@ -216,8 +216,6 @@ class GenerationWatcher:
                 served = self.build(index, session, follows=(old, diff))
         self.searcher.index = served  # atomic: a batch reads the attribute once
         self.index_id = index_id
-        if self.on_swap is not None:
-            self.on_swap(served)
         logger.info(
             "serving generation %s (%d books; %s) after %.2f s",
             g,
@@ -225,4 +223,6 @@ class GenerationWatcher:
             how,
             time.perf_counter() - t0,
         )
+        if self.on_swap is not None:  # after the log: it serves already (a form written, say)
+            self.on_swap(served)
         return True

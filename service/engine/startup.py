@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+import torch
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
@@ -206,14 +207,16 @@ def _from_form(
 
 
 def write_form(forms: Path, served: ServedIndex, engine: Engine) -> None:
-    """The served form of `served`, a generation swapped in, written under `forms` (keys in
-    this process only: a cluster's router writes its form at a start)."""
-    if not isinstance(served.keys, LocalKeys) or not len(served):
+    """The served form of `served`, a generation swapped in, written under `forms`: where its
+    keys are in this process in float32, so exactly the database's (a cluster's router, or
+    half-precision keys, write theirs at a start, from the rows read)."""
+    keys = served.keys
+    if not isinstance(keys, LocalKeys) or keys.dtype != torch.float32 or not len(served):
         return
     with Session(engine) as session:
         stamp = served_form.stamp_of(session, generation=served.generation, model=served.model)
     if stamp is not None:
-        served_form.write(forms, stamp, served.arrays(served.keys.host()))
+        served_form.write(forms, stamp, served.arrays(keys.host()))
 
 
 def follow(
