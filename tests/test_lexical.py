@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -171,3 +172,41 @@ def test_the_lexical_head_holds_the_books_with_a_term(passes: str) -> None:
     rows, cols = head.support
     assert np.array_equal(rows.numpy(), finite[0]) and np.array_equal(cols.numpy(), finite[1])
     assert not math.isinf(float(head.scores[1].max()))
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_moved_postings_are_the_postings_built_whole(in_order: bool) -> None:
+    """A new generation's postings from the previous one's (the changed rows' merged in) equal
+    those built from every row's tokens: rows moved in order, as a swap moves them (the merge),
+    and out of order (sorted again)."""
+    from service.engine.bm25_postings import Postings, RowMoves
+
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(40)]
+    before = [list(rng.choice(words, size=rng.integers(0, 12))) for _ in range(60)]
+    gone, changed_at = {3, 17, 40}, {5, 22, 59}  # rows removed, and rows rewritten
+    kept = [r for r in range(60) if r not in gone | changed_at]
+    # the new generation: kept rows (in order, or reversed), then rewritten and new rows
+    order = kept if in_order else kept[::-1]
+    new_rows = [before[r] for r in order]
+    new_rows += [list(rng.choice([*words, "fresh"], size=5)) for _ in range(len(changed_at) + 2)]
+    new_row = np.full(60, -1, np.int64)
+    new_row[order] = np.arange(len(order))
+    changed = np.arange(len(order), len(new_rows))
+    moves = RowMoves(new_row, changed, len(new_rows))
+    previous, _ = Postings.of(before, len(before))
+    moved, _ = previous.moved(moves, [new_rows[r] for r in changed])
+    whole, _ = Postings.of(new_rows, len(new_rows))
+    assert _entries(moved) == _entries(whole)
+    assert np.array_equal(moved.lengths, whole.lengths)
+    for t in range(len(moved.terms)):  # each posting list's rows ascending: the CSC order
+        assert np.all(np.diff(moved.rows[moved.indptr[t] : moved.indptr[t + 1]]) > 0)
+
+
+def _entries(p: Any) -> dict[str, set[tuple[int, int]]]:
+    """Each term's (row, count) entries: two postings' term ids may number the terms apart."""
+    lists = zip(np.split(p.rows, p.indptr[1:-1]), np.split(p.counts, p.indptr[1:-1]), strict=True)
+    return {
+        term: {(int(r), int(c)) for r, c in zip(rows, counts, strict=True)}
+        for term, (rows, counts) in zip(p.terms, lists, strict=True)
+    }
