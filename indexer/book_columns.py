@@ -6,7 +6,7 @@ slices and every response; a hit's fields are `row(i)`, a `BookFields`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from itertools import accumulate, pairwise
 from typing import Any
@@ -86,11 +86,19 @@ class BookColumns:
         return out
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> BookColumns:
-        """The columns `arrays()` gave."""
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> BookColumns:
+        """The columns `arrays()` gave. ValueError where they are not one length, or the
+        authors' places do not span their names."""
         names = list(text_of_arrays(arrays, "names"))
         starts = arrays["author_starts"].tolist()
         languages = text_of_arrays(arrays, "languages")
+        n = len(starts) - 1
+        if not starts or starts[0] != 0 or starts[-1] != len(names):
+            raise ValueError("book columns whose authors do not span their names")
+        if np.any(np.diff(arrays["author_starts"]) < 0):
+            raise ValueError("book columns whose authors' places go back")
+        if {len(arrays["ids.starts"]) - 1, len(arrays["years"]), len(languages)} != {n}:
+            raise ValueError("book columns of other lengths")
         return cls(
             ids=text_of_arrays(arrays, "ids"),
             titles=text_of_arrays(arrays, "titles"),

@@ -168,12 +168,27 @@ def _parts_that_do_not_fit(folder: Path, _other: Path, _engine: Engine) -> str:
     return "BM25 postings that do not hold together"
 
 
+def _authors_past_their_names(folder: Path, _other: Path, _engine: Engine) -> str:
+    path = folder / "books.author_starts.npy"
+    starts = np.load(path)
+    starts[-1] += 1  # the same dtype, shape and size
+    np.save(path, starts)
+    return "authors do not span their names"
+
+
 def _an_array_left_out(folder: Path, _other: Path, _engine: Engine) -> str:
     manifest = json.loads((folder / served_form.MANIFEST).read_text())
     del manifest["arrays"]["like_this.scores"]  # a form of a layout without them, say
     (folder / served_form.MANIFEST).write_text(json.dumps(manifest))
     (folder / "like_this.scores.npy").unlink()
     return "KeyError: 'scores'"
+
+
+def _a_name_outside_its_folder(folder: Path, _other: Path, _engine: Engine) -> str:
+    manifest = json.loads((folder / served_form.MANIFEST).read_text())
+    manifest["arrays"]["../../elsewhere"] = manifest["arrays"]["books.years"]
+    (folder / served_form.MANIFEST).write_text(json.dumps(manifest))
+    return "an array named '../../elsewhere'"
 
 
 def _rows_changed_under_it(_folder: Path, _other: Path, engine: Engine) -> str:
@@ -203,7 +218,9 @@ def _another_format(folder: Path, _other: Path, _engine: Engine) -> str:
         _truncate,
         _same_size_other_dtype,
         _parts_that_do_not_fit,
+        _authors_past_their_names,
         _an_array_left_out,
+        _a_name_outside_its_folder,
         _rows_changed_under_it,
         _another_databases,
         _another_format,

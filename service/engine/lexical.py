@@ -235,7 +235,7 @@ class LikeThisIndex:
         n = len(postings.lengths)
         if len(starts) != n + 1 or starts[0] != 0 or starts[-1] != len(tokens):
             raise ValueError("a more-like-this index whose books' words do not hold together")
-        if len(tokens) and int(tokens.max()) >= len(postings.terms):
+        if len(tokens) and not 0 <= int(tokens.min()) <= int(tokens.max()) < len(postings.terms):
             raise ValueError("a more-like-this index whose books' words are not its terms")
         if len(scores) != len(postings.rows):
             raise ValueError("a more-like-this index whose scores are not its postings'")

@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -45,6 +46,7 @@ logger = logging.getLogger(__name__)
 FORMAT = 1  # the layout of the files; a folder of another is built again
 MANIFEST = "manifest.json"
 ABANDONED_S = 3600.0  # a folder being written this long ago was left by a crash
+_NAME = re.compile(r"[a-z_]+(\.[a-z_]+)*")  # an array's name: "keys.title", "lexical.indptr"
 
 
 @dataclass(frozen=True)
@@ -115,14 +117,17 @@ def _checked(folder: Path, manifest: dict[str, object], stamp: Stamp) -> dict[st
         raise ValueError(f"another {', '.join(what)}")
     arrays = {}
     listed = manifest["arrays"]
-    assert isinstance(listed, dict)
+    if not isinstance(listed, dict):
+        raise ValueError("a manifest without its arrays")
     for name, (dtype, shape, size) in listed.items():
+        if not _NAME.fullmatch(name):  # a file of this folder, nothing outside it
+            raise ValueError(f"an array named {name!r}")
         path = folder / f"{name}.npy"
         if path.stat().st_size != size:
             raise ValueError(f"{path.name} is {path.stat().st_size} bytes, written {size}")
         # copy-on-write: writable arrays (torch takes them as they are) whose pages stay the
         # file's until written, which serving never does
-        array = np.load(path, mmap_mode="c", allow_pickle=False) if size else np.load(path)
+        array = np.load(path, mmap_mode="c", allow_pickle=False)
         if str(array.dtype) != dtype or list(array.shape) != shape:
             raise ValueError(
                 f"{path.name} holds {array.dtype} {array.shape}, written {dtype} {shape}"
