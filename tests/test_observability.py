@@ -70,6 +70,30 @@ def test_metrics_count_requests_by_route_template_and_status(client: TestClient)
     assert not any("no-such-book" in str(labels) for _, labels in after)
 
 
+def test_a_method_of_no_http_is_counted_as_other(client: TestClient) -> None:
+    """The method label takes HTTP's methods and `other`: a client's own method strings (here
+    40 of them) cannot grow /metrics."""
+    before = _samples(client)
+    for i in range(40):
+        client.request(f"X{i}NOTAMETHOD", "/healthz")
+    client.request("PATCH", "/healthz")  # a method of HTTP: its own label, as GET has
+    after = _samples(client)
+    requests = "attend_http_requests_total"
+    assert all("NOTAMETHOD" not in str(labels) for _, labels in after)
+    other = [
+        v - before.get(k, 0.0)
+        for k, v in after.items()
+        if k[0] == requests and ("method", "other") in k[1]
+    ]
+    assert sum(other) == 40
+    patch = [
+        v - before.get(k, 0.0)
+        for k, v in after.items()
+        if k[0] == requests and ("method", "PATCH") in k[1]
+    ]
+    assert sum(patch) == 1
+
+
 def test_readyz_when_loaded_and_the_database_answers(client: TestClient) -> None:
     r = client.get("/readyz")
     assert r.status_code == 200 and r.json() == {"status": "ready", "catalog_size": 180}
