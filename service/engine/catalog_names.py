@@ -31,7 +31,7 @@ import numpy as np
 from indexer.text_column import text_arrays, text_of_arrays
 from models.text import normalize_text, without_combining
 from service.engine.book_works import Works, principal_authors
-from service.engine.row_lists import lists_arrays, lists_of
+from service.engine.row_lists import lists_arrays, lists_of, nested, part_of
 from service.engine.spelling import deletions, one_edit
 from service.engine.subject_headings import SubjectHeadings
 
@@ -145,7 +145,8 @@ class CatalogNames:
         self.works = Works(titles, self.principal, descriptions, fold)
         self._index_series(list(map(series_keys, titles)))
         self.subjects = SubjectHeadings(subjects, len(titles), fold)
-        self._surnames = self._name_like(self._index_names(), titles, descriptions)
+        surnames = self._index_names()
+        self._keep_surnames(surnames, self._words_of(surnames, titles, descriptions))
         self._index_tokens()
 
     # ---- as arrays (service/engine/served_form.py): what took reading every title,
@@ -159,8 +160,6 @@ class CatalogNames:
         number = {key: i for i, key in enumerate(authors)}
         series = list(self._series_rows)
         in_series = {key: i for i, key in enumerate(series)}
-        kept = {s[0] for s in self._surnames if len(s) == 1}
-        words = sorted({s[0] for s in self._all_surnames if len(s) == 1} - kept)
         return {
             **text_arrays("authors", [" ".join(key) for key in authors]),
             **text_arrays("display", [self._display[key] for key in authors]),
@@ -172,8 +171,8 @@ class CatalogNames:
             **lists_arrays(
                 "row_series", [[in_series[k] for k in keys] for keys in self._row_series]
             ),
-            **{f"subjects.{k}": v for k, v in self.subjects.arrays().items()},
-            **text_arrays("words", words),
+            **nested("subjects", self.subjects.arrays()),
+            **text_arrays("words", sorted(self._words)),
         }
 
     @classmethod
@@ -197,15 +196,8 @@ class CatalogNames:
                 for ids in lists_of(arrays, "row_series", len(series))
             ]
         )
-        names.subjects = SubjectHeadings.from_arrays(
-            {k.removeprefix("subjects."): v for k, v in arrays.items() if k.startswith("subjects.")}
-        )
-        words = set(text_of_arrays(arrays, "words"))
-        names._surnames = {
-            s: keys
-            for s, keys in names._index_names().items()
-            if not (len(s) == 1 and s[0] in words)
-        }
+        names.subjects = SubjectHeadings.from_arrays(part_of(arrays, "subjects"))
+        names._keep_surnames(names._index_names(), frozenset(text_of_arrays(arrays, "words")))
         names._index_tokens()
         if len(row_authors) != len(names.works.work) or len(row_authors) != len(names._row_series):
             raise ValueError("catalog names whose columns are not one length")
@@ -240,7 +232,7 @@ class CatalogNames:
 
     def _index_names(self) -> dict[tuple[str, ...], set[tuple[str, ...]]]:
         """What a query's words can name (`_phrases`, `_endings`), and each surname's authors
-        (`_all_surnames`, returned: `_name_like` keeps those a query may name alone)."""
+        (returned: `_keep_surnames` keeps those a query may name alone)."""
         # a full name, the name without its initials, any ending of two or more words of that
         # ("garcia marquez", "le guin"), and a surname
         self._phrases: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
@@ -254,7 +246,6 @@ class CatalogNames:
                     self._phrases.setdefault(form, set()).add(key)
                     self._endings.setdefault(form[:-1], set()).add(form[-1])
             surnames.setdefault(surname(core), set()).add(key)
-        self._all_surnames = surnames
         return surnames
 
     def _index_tokens(self) -> None:
@@ -268,27 +259,35 @@ class CatalogNames:
         self._deletions = {d: tuple(sorted(ts)) for d, ts in deleted.items()}
         del deleted
 
-    def _name_like(
+    def _keep_surnames(
+        self, surnames: dict[tuple[str, ...], set[tuple[str, ...]]], words: frozenset[str]
+    ) -> None:
+        """The surnames a query may name alone: all but the one-word surnames that are `words`
+        of the catalog more than names (`_words_of`)."""
+        self._words = words
+        self._surnames = {s: k for s, k in surnames.items() if not (len(s) == 1 and s[0] in words)}
+
+    def _words_of(
         self,
         surnames: dict[tuple[str, ...], set[tuple[str, ...]]],
         titles: Sequence[str],
         descriptions: Sequence[str | None] | None,
-    ) -> dict[tuple[str, ...], set[tuple[str, ...]]]:
-        """The surnames a query may name alone: those the catalog's titles and descriptions
-        use in fewer books by others than the name's own books number. "London" is in many
-        descriptions and Jack London wrote few of the books: a word, not a name."""
+    ) -> frozenset[str]:
+        """The one-word surnames that are words more than names: those the catalog's titles and
+        descriptions use in as many books by others as the name's own books number or more.
+        "London" is in many descriptions and Jack London wrote few of the books: a word."""
         single = {s[0] for s in surnames if len(s) == 1}
         used: Counter[str] = Counter()
         for row, title in enumerate(titles):
             text = title + " " + ((descriptions[row] or "") if descriptions else "")
             mine = {t for key in self._row_authors[row] for t in key}
             used.update({t for t in fold(text) if t in single and t not in mine})
-        out = {}
-        for s, keys in surnames.items():
-            books = len({r for key in keys for r in self._author_rows[key]})
-            if len(s) > 1 or used[s[0]] < books:
-                out[s] = keys
-        return out
+        return frozenset(
+            s[0]
+            for s, keys in surnames.items()
+            if len(s) == 1
+            and used[s[0]] >= len({r for key in keys for r in self._author_rows[key]})
+        )
 
     # ---- a book's mates
 

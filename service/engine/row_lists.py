@@ -1,6 +1,7 @@
 """Each row's list of ids (its authors, series, subject headings, as numbers into a table of
 them) as two arrays, for a served form (service/engine/served_form.py): the ids one row after
-another, and where each row's start: a list per row without an object per row."""
+another, and where each row's start: a list per row without an object per row. And a part's
+arrays under its name in the whole's (`nested`, `part_of`)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,14 @@ def lists_of(arrays: Mapping[str, np.ndarray], name: str, bound: int) -> list[tu
         raise ValueError(f"{name}: ids out of their table")
     every = ids.tolist()
     return [tuple(every[a:b]) for a, b in pairwise(starts)]
+
+
+def nested(name: str, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`arrays` as a part of a larger whole: each under `{name}.`."""
+    return {f"{name}.{key}": a for key, a in arrays.items()}
+
+
+def part_of(arrays: Mapping[str, np.ndarray], name: str) -> dict[str, np.ndarray]:
+    """The arrays `nested(name, …)` put in `arrays`, under their own names again."""
+    prefix = f"{name}."
+    return {k.removeprefix(prefix): a for k, a in arrays.items() if k.startswith(prefix)}

@@ -27,6 +27,7 @@ from service.engine.bm25_postings import RowMoves
 from service.engine.catalog_names import CatalogNames
 from service.engine.lexical import LexicalIndex, LikeThisIndex, book_document
 from service.engine.results import NamedBook
+from service.engine.row_lists import nested, part_of
 
 RANK_FIELD = "description"  # the field whose keys score a hit (`score` in a response)
 
@@ -144,14 +145,13 @@ class ServedIndex:
         """This index as arrays, its served form (service/engine/served_form.py): the books,
         both BM25 indexes, the names, the readers' prior, and `keys` (field → (N, d), the
         loaded index's, stored (d, N))."""
-        parts = {
-            "books": self.books.arrays(),
-            "lexical": self.lexical.arrays(),
-            "like_this": self.like_this.arrays(),
-            "names": self.names.arrays(),
+        out = {
+            **nested("books", self.books.arrays()),
+            **nested("lexical", self.lexical.arrays()),
+            **nested("like_this", self.like_this.arrays()),
+            **nested("names", self.names.arrays()),
+            **nested("keys", {field: k.T for field, k in keys.items()}),
         }
-        out = {f"{part}.{name}": a for part, arrays in parts.items() for name, a in arrays.items()}
-        out.update({f"keys.{field}": k.T for field, k in keys.items()})
         if self.readers is not None:
             out["readers"] = self.readers.numpy()
         return out
@@ -168,21 +168,18 @@ class ServedIndex:
         """The served index `arrays()` gave, its keys placed by `place`: nothing tokenized,
         folded or parsed again. ValueError for arrays that do not hold together."""
 
-        def part(name: str) -> dict[str, np.ndarray]:
-            prefix = f"{name}."
-            return {k.removeprefix(prefix): v for k, v in arrays.items() if k.startswith(prefix)}
-
-        books = BookColumns.from_arrays(part("books"))
-        keys = {field: k.T for field, k in part("keys").items()}  # (N, d) views of (d, N)
+        books = BookColumns.from_arrays(part_of(arrays, "books"))
+        # (N, d) views of the (d, N) files
+        keys = {field: k.T for field, k in part_of(arrays, "keys").items()}
         if any(k.shape[0] != len(books) for k in keys.values()):
             raise ValueError("keys of another number of books than the books'")
         index = LoadedIndex(books, keys, model, generation, values=keys.get(VALUE_FIELD))
         served = cls.__new__(cls)
         served.books, served.model, served.generation = books, model, generation
         served.keys = place(index)
-        served.lexical = LexicalIndex.from_arrays(part("lexical"))
-        served.like_this = LikeThisIndex.from_arrays(part("like_this"))
-        served.names = CatalogNames.from_arrays(part("names"))
+        served.lexical = LexicalIndex.from_arrays(part_of(arrays, "lexical"))
+        served.like_this = LikeThisIndex.from_arrays(part_of(arrays, "like_this"))
+        served.names = CatalogNames.from_arrays(part_of(arrays, "names"))
         served.filters = FilterColumns(books, device=served.keys.device)
         readers = arrays.get("readers")
         served.readers = None if readers is None else torch.from_numpy(np.array(readers))
