@@ -7,8 +7,9 @@ alone and narrower.
 
 The catalog and the stand-in encoder are benchmarks/growth_catalog.py's (the first run writes
 books.jsonl, edited.jsonl and growth.db into --folder); each round builds generation 2's served
-index from generation 1's both ways (startup.build_served, with and without `follows`) and
-checks that the two answer alike (the BM25 scores of a few queries and books, byte for byte).
+index from generation 1's both ways, as the reloader does (the diff read and applied, then
+startup.build_served with and without `follows`), and checks that the two answer alike (the
+BM25 scores of a few queries and books byte for byte, the works and principal authors).
 """
 
 from __future__ import annotations
@@ -63,14 +64,20 @@ def main() -> None:
         with Session(engine) as session:
             first = startup.load_index(session, model=DEFAULT_MODEL, generation=1)
             previous = startup.build_served(placement, first, session)
-            diff = loaded_index.load_diff(session=session, model=DEFAULT_MODEL, since=1, until=2)
             for r in range(args.rounds):
                 built = {}
                 ways = list(times) if r % 2 == 0 else list(times)[::-1]
                 for way in ways:
-                    moved = loaded_index.apply_diff(previous.host_index(), diff)
-                    follows = (previous, diff) if way == "from the previous" else None
+                    # the reloader's swap (service/engine/reloader.py): the diff read and
+                    # applied, then the served index made from the previous one or whole
                     t0 = time.perf_counter()
+                    diff = loaded_index.load_diff(
+                        session=session, model=DEFAULT_MODEL, since=1, until=2
+                    )
+                    host = previous.host_index()
+                    order = loaded_index.diff_order(host, diff, previous.row_of)
+                    moved = loaded_index.apply_diff(host, diff, order)
+                    follows = (previous, diff, order) if way == "from the previous" else None
                     built[way] = startup.build_served(placement, moved, session, follows=follows)
                     times[way].append(time.perf_counter() - t0)
                 whole, swapped = built["whole"], built["from the previous"]
@@ -79,8 +86,12 @@ def main() -> None:
                 ).tobytes() and whole.like_this.scores(range(0, len(whole), 997)).tobytes() == (
                     swapped.like_this.scores(range(0, len(whole), 997)).tobytes()
                 )
+                same = same and (
+                    whole.names.principal == swapped.names.principal
+                    and whole.names.works.work == swapped.names.works.work
+                )
                 if not same:
-                    raise SystemExit("the two swaps' BM25 scores differ")
+                    raise SystemExit("the two swaps' BM25 scores or names differ")
                 del built, whole, swapped
         engine.dispose()
     before, after = (statistics.median(times[k]) for k in times)
@@ -90,7 +101,7 @@ def main() -> None:
         f"{len(diff.removed)} out), {args.rounds} rounds in turns: built whole "
         f"{before:.2f} s, from the previous generation {after:.2f} s (median); after / before "
         f"{after / before:.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f}); BM25 scores "
-        "identical"
+        "and names identical"
     )
 
 

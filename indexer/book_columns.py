@@ -53,9 +53,14 @@ class BookColumns:
             self.ids[i], self.titles[i], self.authors[i], self.years[i], self.languages[i]
         )
 
-    def take(self, rows: Sequence[int]) -> BookColumns:
+    def take(self, rows: Sequence[int] | np.ndarray) -> BookColumns:
         """The books of `rows`, in that order."""
-        return self._map(lambda column: [column[i] for i in rows])
+        at = np.asarray(rows, np.int64).tolist()
+        return self._map(
+            lambda column: (
+                column.take(at) if isinstance(column, TextColumn) else [column[i] for i in at]
+            )
+        )
 
     def slice(self, start: int, stop: int) -> BookColumns:
         """Rows [start, stop)."""

@@ -8,7 +8,8 @@ generations folded into a loaded index. Keyword-only `session=` functions that n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,23 +95,54 @@ def load_diff(
     return IndexDiff(since, until, removed, added)
 
 
-def apply_diff(index: LoadedIndex, diff: IndexDiff) -> LoadedIndex:
-    """`index` (at `diff.since`) moved to `diff.until`, in id order; `index` is not changed."""
-    drop = set(diff.removed) | set(diff.added.ids)
-    keep = np.array([i for i, book in enumerate(index.ids) if book not in drop], dtype=np.int64)
-    add = diff.added
-    ids = [index.ids[i] for i in keep] + list(add.ids)
-    order = np.array(sorted(range(len(ids)), key=ids.__getitem__), dtype=np.int64)
+def diff_order(
+    index: LoadedIndex, diff: IndexDiff, row_of: Callable[[str], int | None] | None = None
+) -> np.ndarray:
+    """Where each row of `index` moved by `diff` comes from: (N_after,) int64, a row of `index`
+    (< len(index)) or len(index) + a row of `diff.added`. `row_of`: the row of an id in
+    `index` (a dict of every id is made without it).
+
+    The rows kept stay in their order, and each added row goes where id order puts it among
+    them (Python's order of the ids: a PostgreSQL collation may order the rows `index` was
+    loaded in otherwise; any order serves, one fixed per generation). O(changed · log N)."""
+    ids, add = index.ids, diff.added
+    if row_of is None:
+        rows = {book: i for i, book in enumerate(ids)}
+        row_of = rows.get
+    n, added = len(index), len(add)
+    drop = {r for book in (*diff.removed, *add.ids) if (r := row_of(book)) is not None}
+    dropped = np.array(sorted(drop), np.int64)
+    keep = np.ones(n, np.bool_)
+    keep[dropped] = False
+    # where each added id goes among the kept ids: its place among all, less the dropped before
+    at = [bisect.bisect_left(ids, book) for book in add.ids]
+    place = np.array(at, np.int64) - np.searchsorted(dropped, at)
+    by_place = sorted(range(added), key=lambda i: (int(place[i]), add.ids[i]))
+    new_row = place[by_place] + np.arange(added)  # each added row's row, in `by_place` order
+    order = np.empty(n - len(dropped) + added, np.int64)
+    is_new = np.zeros(len(order), np.bool_)
+    is_new[new_row] = True
+    order[~is_new] = np.flatnonzero(keep)
+    order[new_row] = n + np.array(by_place, np.int64)
+    return order
+
+
+def apply_diff(index: LoadedIndex, diff: IndexDiff, order: np.ndarray | None = None) -> LoadedIndex:
+    """`index` (at `diff.since`) moved to `diff.until`, its rows from where `order` says
+    (default: `diff_order(index, diff)`); `index` is not changed. O(N) numpy: the keys and the
+    text columns gathered."""
+    if order is None:
+        order = diff_order(index, diff)
+    n, add = len(index), diff.added
+    is_new = order >= n
 
     def merged(old: np.ndarray, new: np.ndarray) -> np.ndarray:
-        d = max(old.shape[1], new.shape[1])
-        out = _column_major(len(order), d)
-        from_old = np.flatnonzero(order < len(keep))  # output rows kept from `old`
-        from_new = np.flatnonzero(order >= len(keep))
-        if len(from_old):
-            out[from_old] = old[keep[order[from_old]]]
-        if len(from_new):
-            out[from_new] = new[order[from_new] - len(keep)]
+        out = _column_major(len(order), max(old.shape[1], new.shape[1]))
+        # along the (d, N) transposes' contiguous rows: 2x a gather of (N, d) rows
+        if len(old):
+            np.take(old.T, np.where(is_new, 0, order), axis=1, out=out.T, mode="clip")
+        if is_new.any():
+            out[is_new] = new[order[is_new] - n]
         return out
 
     keys = {f: merged(index.keys[f], add.keys[f]) for f in index.keys}
@@ -122,7 +154,7 @@ def apply_diff(index: LoadedIndex, diff: IndexDiff) -> LoadedIndex:
     else:
         values = keys[shared[0]] if shared else merged(index.values, add.values)
     return LoadedIndex(
-        books=(index.books.take(keep.tolist()) + add.books).take(order.tolist()),
+        books=(index.books + add.books).take(order),
         keys=keys,
         values=values,
         model=index.model,

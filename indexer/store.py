@@ -28,6 +28,12 @@ def visible_at(generation: int) -> ColumnElement[bool]:
     )
 
 
+def _rows_of(generation: int, since: int | None) -> ColumnElement[bool]:
+    """The book rows of `generation`, those new after `since` only where it is given."""
+    visible = visible_at(generation)
+    return visible if since is None else and_(visible, Book.valid_from > since)
+
+
 def active_generation(*, session: Session) -> Generation | None:
     return session.scalars(select(Generation).where(Generation.state == ACTIVE)).first()
 
@@ -51,16 +57,21 @@ def get_book(*, session: Session, book_id: str, generation: int | None = None) -
 
 
 def book_descriptions(
-    *, session: Session, book_ids: Sequence[str], generation: int | None = None
+    *,
+    session: Session,
+    book_ids: Sequence[str],
+    generation: int | None = None,
+    since: int | None = None,
 ) -> list[str | None]:
     """The descriptions of `book_ids` in `generation` (default: the active one), in their order
     (None for a missing book): the lexical head's BM25 index is built from these, the titles and
-    the authors."""
+    the authors. `since`: only the rows new after generation `since` are read (a swap's
+    changed books: `book_ids` are among them)."""
     if generation is None:
         generation = active_generation_id(session=session)
     if generation is None:
         return [None] * len(book_ids)
-    stmt = select(Book.id, Book.description).where(visible_at(generation))
+    stmt = select(Book.id, Book.description).where(_rows_of(generation, since))
     found = {book_id: text for book_id, text in session.execute(stmt)}
     return [found.get(book_id) for book_id in book_ids]
 
@@ -80,17 +91,22 @@ class BookExtras:
 
 
 def book_extras(
-    *, session: Session, book_ids: Sequence[str], generation: int | None = None
+    *,
+    session: Session,
+    book_ids: Sequence[str],
+    generation: int | None = None,
+    since: int | None = None,
 ) -> BookExtras:
     """The subject headings (or genres, tags: `SUBJECT_FIELDS`, the first a book has: a list
     of strings, or one string of `;`-separated headings) and the readers' rating counts (the
     first of `RATINGS_FIELDS`: a non-negative integer, or its digits as text) of `book_ids` in
-    `generation` (default: the active one), from one read of their metadata."""
+    `generation` (default: the active one), from one read of their metadata. `since`: as
+    `book_descriptions`."""
     if generation is None:
         generation = active_generation_id(session=session)
     if generation is None:
         return BookExtras([()] * len(book_ids), [None] * len(book_ids))
-    stmt = select(Book.id, Book.extra).where(visible_at(generation))
+    stmt = select(Book.id, Book.extra).where(_rows_of(generation, since))
     found = {
         book_id: (_subjects(extra or {}), _rating_count(extra or {}))
         for book_id, extra in session.execute(stmt)

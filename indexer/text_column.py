@@ -16,6 +16,8 @@ from typing import overload
 
 import numpy as np
 
+TAKE_CHUNK = 1 << 16  # rows `take` gathers at a time
+
 
 class TextColumn(Sequence[str]):
     """An immutable sequence of strings: row i is `blob[starts[i]:starts[i + 1]]`, decoded."""
@@ -68,6 +70,25 @@ class TextColumn(Sequence[str]):
         blob, starts = self._blob, self._starts
         for a, b in pairwise(starts):
             yield blob[a:b].decode()
+
+    def take(self, rows: Sequence[int] | np.ndarray) -> TextColumn:
+        """The rows `rows`, in that order: their bytes gathered (numpy), nothing decoded."""
+        rows = np.asarray(rows, np.int64)
+        starts = np.frombuffer(self._starts, np.int64)
+        sizes = starts[rows + 1] - starts[rows]
+        offsets = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        text = np.frombuffer(self._blob, np.uint8)
+        blob = np.empty(int(offsets[-1]), np.uint8)
+        # each byte's source, TAKE_CHUNK rows at a time: 8 bytes a byte of text taken
+        for a in range(0, len(rows), TAKE_CHUNK):
+            b = min(a + TAKE_CHUNK, len(rows))
+            lo, hi = offsets[a], offsets[b]
+            shift = np.repeat(starts[rows[a:b]] - offsets[a:b], sizes[a:b])
+            blob[lo:hi] = text[np.arange(lo, hi) + shift]
+        out = array("q")
+        out.frombytes(offsets.tobytes())
+        return TextColumn(blob.tobytes(), out)
 
     def __add__(self, other: Sequence[str]) -> TextColumn:
         """These rows, then `other`'s."""

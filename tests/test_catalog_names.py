@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.engine.catalog_names import CatalogNames, fold, series_keys
+from service.engine.catalog_names import CatalogNames
+from service.engine.name_rows import fold, series_keys
 
 BOOKS = [  # (title, authors, description)
     ("Neuromancer", ["William Gibson"], "a hacker in cyberspace"),
@@ -32,7 +33,7 @@ BOOKS = [  # (title, authors, description)
 @pytest.fixture(scope="module")
 def names() -> CatalogNames:
     titles, authors, descriptions = zip(*BOOKS, strict=True)
-    return CatalogNames(list(titles), [list(a) for a in authors], list(descriptions))
+    return CatalogNames.of(list(titles), [list(a) for a in authors], list(descriptions))
 
 
 def words_of_catalog(word: str) -> bool:
@@ -103,7 +104,7 @@ def test_a_subject_that_contains_a_name_names_no_author(names: CatalogNames, que
 
 
 def test_a_misspelling_is_read_only_when_it_is_no_word_and_one_author_word_is_near() -> None:
-    catalog = CatalogNames(["A", "B", "C"], [["Ann Patchett"], ["Terry Pratchett"], ["X"]])
+    catalog = CatalogNames.of(["A", "B", "C"], [["Ann Patchett"], ["Terry Pratchett"], ["X"]])
     # "pratchet" is one edit from Pratchett, two from Patchett: read as Pratchett
     named = catalog.recognise("pratchet", lambda w: False)
     assert named is not None and named.name == "Terry Pratchett"
@@ -121,7 +122,7 @@ def test_a_bare_name_the_catalog_holds_mostly_as_a_subject_names_no_author() -> 
         ("Lincoln", ["Gore Vidal"], "a novel of Abraham Lincoln in the White House"),
     ]
     titles, authors, descriptions = zip(*books, strict=True)
-    catalog = CatalogNames(list(titles), [list(a) for a in authors], list(descriptions))
+    catalog = CatalogNames.of(list(titles), [list(a) for a in authors], list(descriptions))
 
     def holding(text: str) -> list[int]:
         words = set(fold(text))
@@ -174,7 +175,7 @@ def test_a_foreword_writer_is_no_principal_author() -> None:
         ("The Soulforge", ["Margaret Weis"], "raistlin"),
     ]
     titles, authors, descriptions = zip(*books, strict=True)
-    names = CatalogNames(list(titles), [list(a) for a in authors], list(descriptions))
+    names = CatalogNames.of(list(titles), [list(a) for a in authors], list(descriptions))
     orwell, v, weis = 0, 3, 4
     assert names.author_mates(orwell) == [1, 2]
     assert orwell not in names.author_mates(v) and names.author_mates(v) == []

@@ -17,8 +17,8 @@ from indexer import pipeline
 from indexer.catalog import CatalogError
 from indexer.settings import IndexSettings
 from models.text import normalize_id, normalize_text, without_combining
-from service.engine.catalog_names import fold
 from service.engine.lexical import LexicalIndex
+from service.engine.name_rows import fold
 
 BOOKS: list[dict[str, object]] = [
     {"id": "dune", "title": "Dune", "description": "desert planet spice"},

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.engine.catalog_names import CatalogNames, fold
+from service.engine.catalog_names import CatalogNames
+from service.engine.name_rows import fold
 
 BOOKS = [  # (title, authors, description)
     ("Beloved", ["Toni Morrison"], "a former slave haunted by her daughter"),
@@ -20,7 +21,7 @@ BOOKS = [  # (title, authors, description)
 @pytest.fixture(scope="module")
 def names() -> CatalogNames:
     titles, authors, descriptions = zip(*BOOKS, strict=True)
-    return CatalogNames(list(titles), [list(a) for a in authors], list(descriptions))
+    return CatalogNames.of(list(titles), [list(a) for a in authors], list(descriptions))
 
 
 def known(word: str) -> bool:

@@ -9,23 +9,20 @@ mates, nor is it theirs.
 
 **Works.** Editions of one book (a paperback and a hardcover, a reissue) are one work: the same
 title (folded, its closing parenthetical, "(Discworld #4)" or "(Penguin Classics)", dropped)
-or the same description, by the same first principal author. The catalog alone says it, at
-load; a ranking gives a work one slot, its best edition, and lists the others under it.
+or the same description, by the same first principal author (each book's keys:
+service/engine/name_rows.py `work_keys`). The catalog alone says it, at load; a ranking gives a
+work one slot, its best edition, and lists the others under it.
 """
 
 from __future__ import annotations
 
-import re
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-AuthorKey = tuple[str, ...]  # a name's folded words (service/engine/catalog_names.py fold)
-
-_CLOSING = re.compile(r"\s*\([^()]*\)\s*$")
-MIN_SHARED_DESCRIPTION = 80  # characters: a blurb that long, word for word, is one edition's
+AuthorKey = tuple[str, ...]  # a name's folded words (service/engine/name_rows.py fold)
 
 
 def principal_authors(
@@ -59,36 +56,31 @@ def principal_authors(
 class Works:
     """Each row's work: rows with one work id are editions of one book."""
 
-    def __init__(
-        self,
-        titles: Sequence[str],
-        principal: Sequence[Sequence[AuthorKey]],
-        descriptions: Sequence[str | None] | None,
-        fold: Callable[[str], list[str]],
-    ):
-        n = len(titles)
-        parent = list(range(n))
-
-        def find(r: int) -> int:
-            while parent[r] != r:
-                parent[r] = parent[parent[r]]
-                r = parent[r]
-            return r
-
-        first_of: dict[tuple[str, ...], int] = {}
-        for row, title in enumerate(titles):
-            if not principal[row]:
-                continue  # no author to tell two books of one title apart
-            by = principal[row][0]
-            keys = [("title", " ".join(fold(_CLOSING.sub("", title) or title)), *by)]
-            text = (descriptions[row] or "") if descriptions else ""
-            if len(text) >= MIN_SHARED_DESCRIPTION:
-                keys.append(("description", " ".join(fold(text)), *by))
-            for key in keys:
-                other = first_of.setdefault(key, row)
-                parent[find(row)] = find(other)
-        # a work's id (one of its rows) by row: 4 bytes a row, not a list of int objects
-        self._group(array("i", (find(r) for r in range(n))))
+    @classmethod
+    def of_keys(cls, keys: np.ndarray) -> Works:
+        """The works of rows whose work keys are `keys` ((N, K) int64, 0 for none: the
+        digests of service/engine/name_rows.py `work_keys`): two rows sharing a key are one
+        work, and so is any chain of them. A work's id is its first row."""
+        n = len(keys)
+        label = np.arange(n)  # each row's least row known to be of its work
+        groups = []  # per key column: its rows by key, and where each key's rows start
+        for column in keys.T:
+            rows = np.flatnonzero(column)
+            rows = rows[np.argsort(column[rows], kind="stable")]
+            starts = np.flatnonzero(np.r_[True, column[rows][1:] != column[rows][:-1]])
+            groups.append((rows, starts, np.diff(np.r_[starts, len(rows)])))
+        # the least label of each key's rows given to all of them, and each label followed to
+        # its own (pointer jumping), until nothing moves: a chain of k keys takes O(log k)
+        # rounds of O(N) numpy
+        while True:
+            before = label.copy()
+            for rows, starts, sizes in groups:
+                if len(rows):
+                    label[rows] = np.repeat(np.minimum.reduceat(label[rows], starts), sizes)
+            label = label[label]
+            if np.array_equal(label, before):
+                break
+        return cls.from_work(label.astype(np.int32))
 
     @classmethod
     def from_work(cls, work: np.ndarray) -> Works:

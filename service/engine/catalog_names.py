@@ -20,26 +20,17 @@ readers. Here an author is the whole name (its tokens folded: case, accents, pun
 
 from __future__ import annotations
 
-import re
-import unicodedata
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence, Sized
+from collections.abc import Callable, Collection, Mapping, Sequence, Sized
 from dataclasses import dataclass
 
 import numpy as np
 
-from indexer.text_column import text_arrays, text_of_arrays
-from models.text import normalize_text, without_combining
 from service.engine.book_works import Works, principal_authors
-from service.engine.row_lists import lists_arrays, lists_of, nested, part_of
+from service.engine.lexical import LikeThisIndex
+from service.engine.name_rows import MAX_NAME_TOKENS, AuthorKey, NameRows, fold
 from service.engine.spelling import deletions, one_edit
 from service.engine.subject_headings import SubjectHeadings
 
-# a title's closing marker: "(Discworld, #30)", "(The Lord of the Rings  #1)", "(Harry Potter
-# #6-7)", "(Discworld  #14; Witches #4)": each ";"-part a series and the book's number in it
-_MARKER = re.compile(r"\(([^()]*#[^()]*)\)\s*$")
-_PART = re.compile(r"^(.*?)[,]?\s*#\s*[\d.]+(?:\s*-+\s*[\d.]+)?$")
-_WORD = re.compile(r"[^\W_]+")
 # the particles that belong to a surname: "Ursula K. Le Guin" → "le guin"
 _PARTICLES = frozenset(
     [
@@ -68,31 +59,10 @@ _ABOUT = frozenset(
 )
 _OF_A_LIFE = frozenset(["life", "lives", "portrait", "story", "death", "study", "studies", "times"])
 _ARTICLES = frozenset({"the", "a", "an"})  # "the french", "the ripper": a word, not a surname
-_NOT_AUTHORS = frozenset({("anonymous",), ("unknown",), ("various",), ("various", "authors")})
 FUZZY_MIN_LENGTH = 5  # shorter words are one edit away from too many others
-MAX_NAME_TOKENS = 6
-
-
-def fold(text: str) -> list[str]:
-    """Words of `text` case-folded with accents, punctuation and invisible characters gone:
-    "García Márquez" → ["garcia", "marquez"], "J.R.R." → ["j", "r", "r"]."""
-    decomposed = unicodedata.normalize("NFKD", normalize_text(text))
-    return _WORD.findall(without_combining(decomposed).casefold())
-
-
-def series_keys(title: str) -> tuple[str, ...]:
-    """The series a title names: ("discworld",) for "Mort (Discworld  #4)", ("discworld",
-    "witches") for "Lords and Ladies (Discworld  #14; Witches #4)", () without a marker."""
-    m = _MARKER.search(title)
-    if not m:
-        return ()
-    keys = []
-    for part in m.group(1).split(";"):
-        named = _PART.match(part.strip())
-        key = " ".join(fold(named.group(1))) if named else ""
-        if key and key not in keys:
-            keys.append(key)
-    return tuple(keys)
+# the rows whose titles and descriptions hold each of some folded words (None: a word the
+# index does not keep, a stop word): service/engine/lexical.py LikeThisIndex.word_rows
+WordRows = Callable[[Collection[str], Callable[[str], list[str]]], Mapping[str, np.ndarray | None]]
 
 
 def surname(tokens: Sequence[str]) -> tuple[str, ...]:
@@ -115,130 +85,85 @@ class NamedAuthor:
 
 class CatalogNames:
     """Authors, series and subject headings of one generation's books, row-aligned with the
-    served index."""
+    served index: the indexes over each row's names (`NameRows`), made again whole from them at
+    each load and swap (O(N) passes over lists and arrays, nothing folded)."""
 
-    def __init__(
-        self,
+    def __init__(self, rows: NameRows, word_rows: WordRows):
+        """`word_rows`: where the catalog's titles and descriptions use a word (the served
+        index's more-like-this index), for the surnames that are words (`_words_of`)."""
+        self.rows = rows
+        self._index_authors(rows.authors, rows.display)
+        self.works = Works.of_keys(rows.work_keys)
+        self._index_series(rows.series)
+        self.subjects = SubjectHeadings(rows.subjects)
+        surnames = self._index_names()
+        self._keep_surnames(surnames, self._words_of(surnames, word_rows))
+        self._index_tokens()
+
+    @classmethod
+    def of(
+        cls,
         titles: Sequence[str],
         authors: Sequence[Sequence[str]],
         descriptions: Sequence[str | None] | None = None,
         *,
         subjects: Sequence[Sequence[str]] | None = None,
-    ):
-        row_authors: list[tuple[tuple[str, ...], ...]] = []
-        display: dict[tuple[str, ...], str] = {}
-        # one tuple object per distinct name and per distinct tuple of a row's names: each
-        # row's own folded copies cost ~340 bytes a book (32 MiB at 100,000 books)
-        one_key: dict[tuple[str, ...], tuple[str, ...]] = {}
-        row_keys: dict[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]] = {}
-        for names in authors:
-            keys: list[tuple[str, ...]] = []
-            for name in names:
-                key = tuple(fold(name))[:MAX_NAME_TOKENS]
-                if key and key not in keys and key not in _NOT_AUTHORS:
-                    key = one_key.setdefault(key, key)
-                    keys.append(key)
-                    display.setdefault(key, name)
-            row_authors.append(row_keys.setdefault(tuple(keys), tuple(keys)))
-        del one_key, row_keys
-        self._index_authors(row_authors, display)
-        self.works = Works(titles, self.principal, descriptions, fold)
-        self._index_series(list(map(series_keys, titles)))
-        self.subjects = SubjectHeadings(subjects, len(titles), fold)
-        surnames = self._index_names()
-        self._keep_surnames(surnames, self._words_of(surnames, titles, descriptions))
-        self._index_tokens()
+    ) -> CatalogNames:
+        """The names of books given column by column, their words found by a more-like-this
+        index of their own (the served index passes its own)."""
+        texts = [
+            f"{title}. {d}" if (d := descriptions[i] if descriptions else None) else title
+            for i, title in enumerate(titles)
+        ]
+        rows = NameRows.of(titles, authors, descriptions, subjects)
+        return cls(rows, LikeThisIndex(texts).word_rows)
 
-    # ---- as arrays (service/engine/served_form.py): what took reading every title,
-    # description and name; the indexes over them are made again from these
+    # ---- as arrays (service/engine/served_form.py): each row's names; the indexes over them
+    # are made again from these
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The names as arrays: the authors (their folded words and the name as written), each
-        row's authors, each row's work, each row's series, the subject headings, and the
-        surnames that are words more than names (`_name_like`)."""
-        authors = list(self._author_rows)
-        number = {key: i for i, key in enumerate(authors)}
-        series = list(self._series_rows)
-        in_series = {key: i for i, key in enumerate(series)}
-        return {
-            **text_arrays("authors", [" ".join(key) for key in authors]),
-            **text_arrays("display", [self._display[key] for key in authors]),
-            **lists_arrays(
-                "row_authors", [[number[k] for k in keys] for keys in self._row_authors]
-            ),
-            "works": np.frombuffer(self.works.work, np.int32),
-            **text_arrays("series", series),
-            **lists_arrays(
-                "row_series", [[in_series[k] for k in keys] for keys in self._row_series]
-            ),
-            **nested("subjects", self.subjects.arrays()),
-            **text_arrays("words", sorted(self._words)),
-        }
+        """The names as arrays: each row's (`NameRows.arrays`)."""
+        return self.rows.arrays()
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> CatalogNames:
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], word_rows: WordRows) -> CatalogNames:
         """The names `arrays()` gave, nothing folded again."""
-        names = cls.__new__(cls)
-        authors = [tuple(key.split(" ")) for key in text_of_arrays(arrays, "authors")]
-        display = dict(zip(authors, text_of_arrays(arrays, "display"), strict=True))
-        row_keys: dict[tuple[int, ...], tuple[tuple[str, ...], ...]] = {}
-        row_authors = [
-            row_keys.get(ids) or row_keys.setdefault(ids, tuple(authors[i] for i in ids))
-            for ids in lists_of(arrays, "row_authors", len(authors))
-        ]
-        names._index_authors(row_authors, display)
-        names.works = Works.from_work(arrays["works"])
-        series = list(text_of_arrays(arrays, "series"))
-        one: dict[tuple[int, ...], tuple[str, ...]] = {}
-        names._index_series(
-            [
-                one.get(ids) or one.setdefault(ids, tuple(series[i] for i in ids))
-                for ids in lists_of(arrays, "row_series", len(series))
-            ]
-        )
-        names.subjects = SubjectHeadings.from_arrays(part_of(arrays, "subjects"))
-        names._keep_surnames(names._index_names(), frozenset(text_of_arrays(arrays, "words")))
-        names._index_tokens()
-        if len(row_authors) != len(names.works.work) or len(row_authors) != len(names._row_series):
-            raise ValueError("catalog names whose columns are not one length")
-        return names
+        return cls(NameRows.from_arrays(arrays), word_rows)
 
     def _index_authors(
         self,
-        row_authors: list[tuple[tuple[str, ...], ...]],
-        display: dict[tuple[str, ...], str],
+        row_authors: list[tuple[AuthorKey, ...]],
+        display: dict[AuthorKey, str],
     ) -> None:
         """Each author's rows and principal rows, from each row's authors."""
         self._row_authors = row_authors
         self._display = display
-        self._author_rows: dict[tuple[str, ...], list[int]] = {}
+        self._author_rows: dict[AuthorKey, list[int]] = {}
         for row, keys in enumerate(row_authors):
             for key in keys:
                 self._author_rows.setdefault(key, []).append(row)
         self.principal = principal_authors(self._row_authors, self._author_rows)
-        self._principal_rows: dict[tuple[str, ...], list[int]] = {}
+        self._principal_rows: dict[AuthorKey, list[int]] = {}
         for row, principal in enumerate(self.principal):
             for key in principal:
                 self._principal_rows.setdefault(key, []).append(row)
 
     def _index_series(self, row_series: list[tuple[str, ...]]) -> None:
-        one_series: dict[tuple[str, ...], tuple[str, ...]] = {}  # one object each, as above
-        self._row_series = [one_series.setdefault(k, k) for k in row_series]
-        del one_series
+        self._row_series = row_series
         self._series_rows: dict[str, list[int]] = {}
         for row, series in enumerate(self._row_series):
             for one in series:
                 self._series_rows.setdefault(one, []).append(row)
 
-    def _index_names(self) -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+    def _index_names(self) -> dict[tuple[str, ...], set[AuthorKey]]:
         """What a query's words can name (`_phrases`, `_endings`), and each surname's authors
         (returned: `_keep_surnames` keeps those a query may name alone)."""
         # a full name, the name without its initials, any ending of two or more words of that
         # ("garcia marquez", "le guin"), and a surname
-        self._phrases: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+        self._phrases: dict[tuple[str, ...], set[AuthorKey]] = {}
         # a name's last word by the words before it: "jane" → {"austen", …}
         self._endings: dict[tuple[str, ...], set[str]] = {}
-        surnames: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+        surnames: dict[tuple[str, ...], set[AuthorKey]] = {}
         for key in self._author_rows:
             core = tuple(t for t in key if len(t) > 1) or key
             for form in {key, core, *(core[i:] for i in range(len(core) - 1))}:
@@ -260,7 +185,7 @@ class CatalogNames:
         del deleted
 
     def _keep_surnames(
-        self, surnames: dict[tuple[str, ...], set[tuple[str, ...]]], words: frozenset[str]
+        self, surnames: dict[tuple[str, ...], set[AuthorKey]], words: frozenset[str]
     ) -> None:
         """The surnames a query may name alone: all but the one-word surnames that are `words`
         of the catalog more than names (`_words_of`)."""
@@ -268,26 +193,37 @@ class CatalogNames:
         self._surnames = {s: k for s, k in surnames.items() if not (len(s) == 1 and s[0] in words)}
 
     def _words_of(
-        self,
-        surnames: dict[tuple[str, ...], set[tuple[str, ...]]],
-        titles: Sequence[str],
-        descriptions: Sequence[str | None] | None,
+        self, surnames: dict[tuple[str, ...], set[AuthorKey]], word_rows: WordRows
     ) -> frozenset[str]:
         """The one-word surnames that are words more than names: those the catalog's titles and
-        descriptions use in as many books by others as the name's own books number or more.
-        "London" is in many descriptions and Jack London wrote few of the books: a word."""
-        single = {s[0] for s in surnames if len(s) == 1}
-        used: Counter[str] = Counter()
-        for row, title in enumerate(titles):
-            text = title + " " + ((descriptions[row] or "") if descriptions else "")
-            mine = {t for key in self._row_authors[row] for t in key}
-            used.update({t for t in fold(text) if t in single and t not in mine})
-        return frozenset(
-            s[0]
-            for s, keys in surnames.items()
-            if len(s) == 1
-            and used[s[0]] >= len({r for key in keys for r in self._author_rows[key]})
-        )
+        descriptions use in as many books by others as the name's own books number or more
+        ("London" is in many descriptions and Jack London wrote few of the books: a word), and
+        the stop words ("Will")."""
+        single = {s[0]: keys for s, keys in surnames.items() if len(s) == 1}
+        used = word_rows(single.keys(), fold)
+        # the authors whose names hold each of those words: a book by one of them that uses
+        # the word uses its author's name, not the word
+        bearers: dict[str, list[AuthorKey]] = {}
+        for key in self._author_rows:
+            for t in set(key):
+                if t in single:
+                    bearers.setdefault(t, []).append(key)
+        words = set()
+        for word, keys in single.items():
+            if word not in used:
+                continue
+            if (rows := used[word]) is None:  # a stop word
+                words.add(word)
+                continue
+            own = len({r for key in keys for r in self._author_rows[key]})
+            if len(rows) < own:  # too few books use it, whoever wrote them
+                continue
+            mine = np.fromiter(
+                {r for key in bearers[word] for r in self._author_rows[key]}, np.int64
+            )
+            if len(rows) - int(np.isin(rows, mine).sum()) >= own:
+                words.add(word)
+        return frozenset(words)
 
     # ---- a book's mates
 

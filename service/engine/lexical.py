@@ -26,11 +26,12 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 import bm25s
 import numpy as np
 import Stemmer
+from bm25s.stopwords import STOPWORDS_EN
 from bm25s.tokenization import Tokenizer
 
 from models.text import normalize_text
@@ -282,6 +283,27 @@ class LikeThisIndex:
         # 2 bytes a token while the term ids fit (200 bytes a book before, at 100,000 books)
         wide = len(postings.terms) > 1 << 16
         self._tokens = np.asarray(flat, np.int32 if wide else np.uint16)
+
+    def word_rows(
+        self, words: Collection[str], fold: Callable[[str], list[str]]
+    ) -> dict[str, np.ndarray | None]:
+        """The rows whose text ("<title>. <description>") holds each of `words` (folded
+        words: a term is one where `fold` makes it that word, "márquez" → "marquez"), each
+        ascending; None for a stop word, which the index does not keep; no entry for a word no
+        book holds."""
+        p = self.postings
+        terms: dict[str, list[int]] = {}
+        for t, term in enumerate(p.terms):
+            if term in words:  # a lower-case ASCII word is its own fold
+                terms.setdefault(term, []).append(t)
+            elif not term.isascii() and len(f := fold(term)) == 1 and f[0] in words:
+                terms.setdefault(f[0], []).append(t)
+        found: dict[str, np.ndarray | None] = {
+            word: np.unique(np.concatenate([p.rows[p.indptr[t] : p.indptr[t + 1]] for t in ts]))
+            for word, ts in terms.items()
+        }
+        found.update((word, None) for word in STOPWORDS_EN if word in words)
+        return found
 
     def scores(self, rows: Sequence[int]) -> np.ndarray:
         """(R, N) float32 BM25 scores of each book's text (zeros for a book without a word)."""

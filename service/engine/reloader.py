@@ -211,9 +211,11 @@ class GenerationWatcher:
                 diff = loaded_index.load_diff(
                     session=session, model=old.model, since=old.generation, until=g
                 )
-                index = loaded_index.apply_diff(old.host_index(), diff)
+                host = old.host_index()
+                order = loaded_index.diff_order(host, diff, old.row_of)
+                index = loaded_index.apply_diff(host, diff, order)
                 how = f"diff: {len(diff.added)} rows in, {len(diff.removed)} out"
-                served = self.build(index, session, follows=(old, diff))
+                served = self.build(index, session, follows=(old, diff, order))
         self.searcher.index = served  # atomic: a batch reads the attribute once
         self.index_id = index_id
         logger.info(

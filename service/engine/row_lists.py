@@ -1,14 +1,20 @@
 """Each row's list of ids (its authors, series, subject headings, as numbers into a table of
 them) as two arrays, for a served form (service/engine/served_form.py): the ids one row after
-another, and where each row's start: a list per row without an object per row. And a part's
-arrays under its name in the whole's (`nested`, `part_of`)."""
+another, and where each row's start: a list per row without an object per row. A part's arrays
+under its name in the whole's (`nested`, `part_of`). And a row-aligned list moved to the next
+generation's rows (`moved`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import accumulate, pairwise
+from typing import Any, TypeVar
 
 import numpy as np
+
+from service.engine.bm25_postings import RowMoves
+
+T = TypeVar("T")
 
 
 def lists_arrays(name: str, lists: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
@@ -39,3 +45,15 @@ def part_of(arrays: Mapping[str, np.ndarray], name: str) -> dict[str, np.ndarray
     """The arrays `nested(name, …)` put in `arrays`, under their own names again."""
     prefix = f"{name}."
     return {k.removeprefix(prefix): a for k, a in arrays.items() if k.startswith(prefix)}
+
+
+def moved(before: Sequence[T], moves: RowMoves, changed: Sequence[T]) -> list[T]:
+    """A row-aligned list of the next generation: `before`'s entries at the rows `moves` moves
+    them to, `changed`'s at `moves.changed` (in its order). O(N) moves of references."""
+    out: list[Any] = [None] * moves.size
+    stay = moves.new_row >= 0
+    for old, new in zip(np.flatnonzero(stay).tolist(), moves.new_row[stay].tolist(), strict=True):
+        out[new] = before[old]
+    for new, value in zip(moves.changed.tolist(), changed, strict=True):
+        out[new] = value
+    return out

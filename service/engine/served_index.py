@@ -19,13 +19,14 @@ from torch import Tensor
 
 from indexer.book_columns import BookColumns
 from indexer.filters import FilterColumns, Filters
-from indexer.loaded_index import VALUE_FIELD, IndexDiff, LoadedIndex
+from indexer.loaded_index import VALUE_FIELD, LoadedIndex
 from models.device import pick_device
 from models.heads import DenseHeads
 from models.keys import DenseHeadSpec, LocalKeys
 from service.engine.bm25_postings import RowMoves
 from service.engine.catalog_names import CatalogNames
 from service.engine.lexical import LexicalIndex, LikeThisIndex, book_document
+from service.engine.name_rows import NameRows
 from service.engine.results import NamedBook
 from service.engine.row_lists import nested, part_of
 
@@ -82,28 +83,39 @@ def _like_this_texts(
     )
 
 
-def row_moves(before: Sequence[str], diff: IndexDiff, after: Sequence[str]) -> RowMoves:
-    """How the rows of the ids `before` become those of `after`, `before` moved by `diff`."""
-    row = {book_id: i for i, book_id in enumerate(after)}
-    gone = set(diff.removed) | set(diff.added.ids)
-    new_row = np.array([-1 if b in gone else row[b] for b in before], dtype=np.int64)
-    changed = np.array(sorted(row[b] for b in diff.added.ids), dtype=np.int64)
-    return RowMoves(new_row, changed, len(after))
+def row_moves(order: np.ndarray, before: int) -> RowMoves:
+    """How the `before` rows of a generation become the next's, whose rows come from where
+    `order` says (indexer/loaded_index.py `diff_order`: a row before, or `before` + a changed
+    row's place in the diff)."""
+    moved = order < before
+    new_row = np.full(before, -1, np.int64)
+    new_row[order[moved]] = np.flatnonzero(moved)
+    return RowMoves(new_row, np.flatnonzero(~moved), len(order))
 
 
-def readers_of(counts: Sequence[int | None] | None) -> Tensor | None:
-    """(N,) float64 log(1 + readers) of each book, the readers' prior of similar books and
-    recommendations (service/engine/book_attention.py); a book without a count gets the median
-    of those with one (unknown is not unread). None when no book has a count."""
-    known = [c for c in counts or () if c is not None]
-    if not known or counts is None:
+def rating_counts_of(counts: Sequence[int | None] | None, n: int) -> np.ndarray:
+    """(N,) float64 how many readers rated each book, NaN where not known."""
+    if counts is None:
+        return np.full(n, np.nan)
+    return np.array([np.nan if c is None else c for c in counts], np.float64)
+
+
+def readers_of(counts: np.ndarray) -> Tensor | None:
+    """(N,) float64 log(1 + readers) of each book (`counts`: NaN where not known), the readers'
+    prior of similar books and recommendations (service/engine/book_attention.py); a book
+    without a count gets the median of those with one (unknown is not unread). None when no
+    book has a count."""
+    known = ~np.isnan(counts)
+    if not known.any():
         return None
-    median = float(np.median(known))
-    return torch.tensor([median if c is None else c for c in counts], dtype=torch.float64).log1p()
+    return torch.from_numpy(np.where(known, counts, np.median(counts[known]))).log1p()
 
 
 class ServedIndex:
     """One generation of the catalog, ready to search: books, filter columns, BM25 and keys."""
+
+    names: CatalogNames
+    rating_counts: np.ndarray  # (N,) float64, NaN where not known
 
     def __init__(
         self,
@@ -115,9 +127,15 @@ class ServedIndex:
         rating_counts: Sequence[int | None] | None = None,
         follows: tuple[ServedIndex, RowMoves] | None = None,
     ):
-        """`follows`: the served index of the generation before and how its rows moved to
-        these: the BM25 indexes are then its own, moved, with only the changed rows tokenized
-        (the same indexes as built whole)."""
+        """`descriptions`, `subjects`, `rating_counts`: the books' (None: none has one), or
+        with `follows`, the changed books' only, in `moves.changed` order. `follows`: the
+        served index of the generation before and how its rows moved to these: its BM25
+        indexes, names and rating counts are then moved, the changed rows' made from their
+        books (the same as built whole).
+
+        What a swap costs (`follows`): O(changed) tokenizing and folding, O(N) numpy to move
+        the postings and keys, and O(N) passes over lists to index the names again (each
+        author's, series' and heading's rows: service/engine/catalog_names.py)."""
         self.books = index.books
         self.model = index.model
         self.generation = index.generation  # the snapshot of the catalog these keys are
@@ -125,21 +143,27 @@ class ServedIndex:
         if follows is None:
             self.lexical = lexical_index(index.books, descriptions)
             self.like_this = like_this_index(index.books, descriptions)
+            rows = NameRows.of(index.books.titles, index.books.authors, descriptions, subjects)
+            self.rating_counts = rating_counts_of(rating_counts, len(index))
         else:
             previous, moves = follows
             changed = index.books.take(moves.changed.tolist())
-            texts = [descriptions[r] for r in moves.changed] if descriptions else None
             self.lexical = LexicalIndex.following(
-                previous.lexical, moves, _documents(changed, texts)
+                previous.lexical, moves, _documents(changed, descriptions)
             )
             self.like_this = LikeThisIndex.following(
-                previous.like_this, moves, _like_this_texts(changed, texts)
+                previous.like_this, moves, _like_this_texts(changed, descriptions)
             )
-        self.names = CatalogNames(
-            index.books.titles, index.books.authors, descriptions, subjects=subjects
-        )
+            rows = previous.names.rows.following(
+                moves, NameRows.of(changed.titles, changed.authors, descriptions, subjects)
+            )
+            self.rating_counts = np.full(moves.size, np.nan)
+            stay = moves.new_row >= 0
+            self.rating_counts[moves.new_row[stay]] = previous.rating_counts[stay]
+            self.rating_counts[moves.changed] = rating_counts_of(rating_counts, len(changed))
+        self.names = CatalogNames(rows, self.like_this.word_rows)
         self.filters = FilterColumns(index.books, device=keys.device)
-        self.readers = readers_of(rating_counts)
+        self.readers = readers_of(self.rating_counts)
 
     def arrays(self, keys: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """This index as arrays, its served form (service/engine/served_form.py): the books,
@@ -152,8 +176,7 @@ class ServedIndex:
             **nested("names", self.names.arrays()),
             **nested("keys", {field: k.T for field, k in keys.items()}),
         }
-        if self.readers is not None:
-            out["readers"] = self.readers.numpy()
+        out["rating_counts"] = self.rating_counts
         return out
 
     @classmethod
@@ -179,12 +202,14 @@ class ServedIndex:
         served.keys = place(index)
         served.lexical = LexicalIndex.from_arrays(part_of(arrays, "lexical"))
         served.like_this = LikeThisIndex.from_arrays(part_of(arrays, "like_this"))
-        served.names = CatalogNames.from_arrays(part_of(arrays, "names"))
+        served.names = CatalogNames.from_arrays(
+            part_of(arrays, "names"), served.like_this.word_rows
+        )
         served.filters = FilterColumns(books, device=served.keys.device)
-        readers = arrays.get("readers")
-        served.readers = None if readers is None else torch.from_numpy(np.array(readers))
+        served.rating_counts = np.array(arrays["rating_counts"], np.float64)
+        served.readers = readers_of(served.rating_counts)
         sizes = {len(served.lexical), served.like_this.size, len(served.names.works.work)}
-        if sizes != {len(books)} or (readers is not None and len(readers) != len(books)):
+        if sizes | {len(served.rating_counts)} != {len(books)}:
             raise ValueError("parts of other numbers of books than the books'")
         return served
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import torch
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
@@ -120,22 +121,28 @@ def build_served(
     index: LoadedIndex,
     session: Session,
     *,
-    follows: tuple[ServedIndex, IndexDiff] | None = None,
+    follows: tuple[ServedIndex, IndexDiff, np.ndarray] | None = None,
 ) -> ServedIndex:
     """The served index of `index`: its keys placed, the lexical head's descriptions and the
     books' subject headings read at its generation. `follows`: the served index `index` is a
-    diff of, whose BM25 indexes the new one's are made from (served_index.ServedIndex)."""
+    diff of, the diff, and where each row of `index` came from (indexer/loaded_index.py
+    `diff_order`): the new index is the previous one's moved (served_index.ServedIndex), and
+    only the changed books' descriptions and headings are read."""
     t0 = time.perf_counter()
     ids, generation = index.ids, index.generation
-    moves = None
+    moves, since = None, None
     if follows is not None:
-        previous, diff = follows
-        moves = (previous, row_moves(previous.books.ids, diff, ids))
-    extras = store.book_extras(session=session, book_ids=ids, generation=generation)
+        previous, diff, order = follows
+        moves, since = (previous, row_moves(order, len(previous))), diff.since
+        ids = [ids[r] for r in moves[1].changed.tolist()]
+    extras = store.book_extras(session=session, book_ids=ids, generation=generation, since=since)
+    descriptions = store.book_descriptions(
+        session=session, book_ids=ids, generation=generation, since=since
+    )
     served = ServedIndex(
         index,
         placement.keys(index),
-        descriptions=store.book_descriptions(session=session, book_ids=ids, generation=generation),
+        descriptions=descriptions,
         subjects=extras.subjects,
         rating_counts=extras.rating_counts,
         follows=moves,
