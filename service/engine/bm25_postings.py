@@ -63,12 +63,12 @@ class Postings:
     def of(cls, tokens: Iterable[Sequence[str]], n: int) -> tuple[Postings, RowTokens]:
         """The postings of `n` rows whose tokens are `tokens` (repeats counted; an iterable,
         so a caller may tokenize a chunk at a time), and those tokens as its term ids."""
-        none = np.zeros(0, np.int64)
+        none = np.zeros(0, np.int32)
         return _build(
             [],
+            np.zeros(1, np.int64),
             none,
-            none,
-            none,
+            none.astype(np.uint8),
             tokens=tokens,
             token_rows=np.arange(n),
             lengths=np.zeros(n, np.int32),
@@ -77,17 +77,24 @@ class Postings:
     def moved(self, moves: RowMoves, tokens: Iterable[Sequence[str]]) -> tuple[Postings, RowTokens]:
         """The postings of the next generation: these rows moved by `moves`, the changed
         rows holding `tokens` (in `moves.changed` order), and those tokens as its term ids."""
-        term = np.repeat(np.arange(len(self.terms), dtype=np.int64), np.diff(self.indptr))
-        rows = moves.new_row[self.rows]  # (nnz,) −1 for a row gone
+        new_row = moves.new_row.astype(np.int32)  # a gather of 4 bytes an entry, not 8
+        rows = new_row[self.rows]  # (nnz,) −1 for a row gone
         kept = rows >= 0
-        lengths = np.zeros(moves.size, np.int32)
+        # each term's first entry, less the entries dropped before it (a changed row's: few)
+        indptr = self.indptr - np.searchsorted(np.flatnonzero(~kept), self.indptr)
+        rows, counts = rows[kept], self.counts[kept]
+        del kept
         stay = moves.new_row >= 0
+        if np.any(np.diff(moves.new_row[stay]) < 0):  # rows moved out of order: sorted here
+            term = np.repeat(np.arange(len(self.terms)), np.diff(indptr))
+            order = np.lexsort((rows, term))
+            rows, counts = rows[order], counts[order]
+        lengths = np.zeros(moves.size, np.int32)
         lengths[moves.new_row[stay]] = self.lengths[stay]
-        counts = self.counts[kept]
         return _build(
             self.terms,
-            term[kept],
-            rows[kept],
+            indptr,
+            rows,
             counts,
             tokens=tokens,
             token_rows=moves.changed,
@@ -132,7 +139,7 @@ class Postings:
 
 def _build(
     terms: list[str],
-    term: np.ndarray,
+    indptr: np.ndarray,
     rows: np.ndarray,
     counts: np.ndarray,
     *,
@@ -140,9 +147,10 @@ def _build(
     token_rows: np.ndarray,
     lengths: np.ndarray,
 ) -> tuple[Postings, RowTokens]:
-    """Postings of the entries (term, row, count) given and of the rows `token_rows` holding
-    `tokens` (their lengths written into `lengths`, (N,)), and those tokens as its term ids;
-    terms no row holds are dropped."""
+    """Postings of the entries given (CSC: `indptr` over `terms`, each term's rows ascending,
+    `counts` beside them) and of the rows `token_rows` holding `tokens` (their lengths written
+    into `lengths`, (N,)), and those tokens as its term ids; terms no row holds are dropped.
+    The given entries are copied a few times (O(entries) numpy), the tokens read once."""
     ids = {t: i for i, t in enumerate(terms)}
     vocab = list(terms)
     # 4 bytes a token, not a list of int objects (36): a start's 100,000 books hold ~10M
@@ -164,32 +172,30 @@ def _build(
     # (term, row) pairs of the new tokens, counted: one int64 key term · N + row each
     new_keys = given.astype(np.int64) * n + np.repeat(np.asarray(token_rows, np.int64), row_sizes)
     new_keys, new_counts = np.unique(new_keys, return_counts=True)
-    # the entries given are in the CSC order (by term, then row) where rows moved in order, as
-    # a new generation's do (books stay in id order): the new ones are merged in, O(entries),
-    # where sorting them all again took most of a 1M-book swap's BM25 builds
-    old_keys = term * n + rows
-    all_counts = counts.astype(np.int64)
-    if len(old_keys) > 1 and not bool(np.all(old_keys[1:] > old_keys[:-1])):
-        order = np.argsort(old_keys, kind="stable")  # rows moved out of order: sorted here
-        old_keys, all_counts = old_keys[order], all_counts[order]
-    at = np.searchsorted(old_keys, new_keys)  # new keys are rows the given entries lack
-    keys = np.insert(old_keys, at, new_keys)
-    all_counts = np.insert(all_counts, at, new_counts)
-    del old_keys, at
-    term_of, row_of = np.divmod(keys, n) if n else (keys, keys)
-    df = np.bincount(term_of, minlength=v)
-    used = df > 0
-    indptr = np.zeros(int(used.sum()) + 1, np.int64)
-    np.cumsum(df[used], out=indptr[1:])
-    del keys
-    top = int(all_counts.max()) if len(all_counts) else 0
+    new_term, new_rows = np.divmod(new_keys, n) if n else (new_keys, new_keys)
+    # the new entries merged into the given ones, which are in the CSC order (by term, then
+    # row) already: O(entries), where sorting them all again took most of a 1M-book swap's
+    # BM25 builds. A new key is a (term, row) the given entries lack: a changed row's.
+    df = np.zeros(v, np.int64)
+    df[: len(terms)] = np.diff(indptr)
+    if len(rows):
+        old_keys = np.repeat(np.arange(len(terms), dtype=np.int64) * n, df[: len(terms)]) + rows
+        at = np.searchsorted(old_keys, new_keys)
+        del old_keys
+    else:
+        at = np.zeros(len(new_keys), np.int64)
+    df += np.bincount(new_term, minlength=v)
+    top = max(int(counts.max()) if len(counts) else 0, int(new_counts.max(initial=0)))
     count_type = np.uint8 if top < 1 << 8 else np.uint16 if top < 1 << 16 else np.int32
+    used = df > 0
+    out = np.zeros(int(used.sum()) + 1, np.int64)
+    np.cumsum(df[used], out=out[1:])
     renumber = (np.cumsum(used) - 1).astype(np.int32)  # a term's id once the unused are gone
     postings = Postings(
         terms=[t for t, u in zip(vocab, used, strict=True) if u],
-        indptr=indptr,
-        rows=row_of.astype(np.int32),
-        counts=all_counts.astype(count_type),
+        indptr=out,
+        rows=np.insert(rows.astype(np.int32, copy=False), at, new_rows.astype(np.int32)),
+        counts=np.insert(counts.astype(count_type, copy=False), at, new_counts.astype(count_type)),
         lengths=lengths,
     )
     return postings, RowTokens(renumber[given], row_sizes.copy())
