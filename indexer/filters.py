@@ -8,6 +8,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -43,26 +44,50 @@ class FilterColumns:
     generation's columns waited for the cycle collector, which the service keeps off its
     long-lived objects (service/engine/reloader.py, `freeze_long_lived`)."""
 
-    def __init__(self, books: BookColumns, *, device: torch.device):
+    def __init__(
+        self,
+        books: BookColumns,
+        *,
+        device: torch.device,
+        follows: tuple[FilterColumns, np.ndarray] | None = None,
+    ):
+        """`follows`: the columns of the generation before, and where each of these rows was
+        there ((N,) int64, −1 for a changed book): its columns moved (and its ids' hashes), only
+        the changed books' values made (the same columns as made whole)."""
         self.device = device
         self.size = len(books)
+        rows: Sequence[int] = range(len(books))
+        if follows is not None:
+            before, sources = follows
+            rows = np.flatnonzero(sources < 0).tolist()
         # a year of NaN never satisfies a bound
-        self._year = torch.tensor(
-            [math.nan if y is None else y for y in books.years], dtype=torch.float64
-        )  # (N,)
+        year = torch.tensor(
+            [math.nan if (y := books.years[r]) is None else y for r in rows], dtype=torch.float64
+        )  # (N,), or the changed rows'
         # one string per distinct value, not one per book (60 and 80 bytes a book): a catalog
         # has a few languages, and many books share their authors
         languages: dict[str | None, str] = {}
-        self._language = [
+        language = [
             languages.get(lang) or languages.setdefault(lang, (lang or "").casefold())
-            for lang in books.languages
+            for lang in (books.languages[r] for r in rows)
         ]
         authors: dict[tuple[str, ...], str] = {}
-        self._author = [
+        author = [
             authors.get(key := tuple(a)) or authors.setdefault(key, "\n".join(a).casefold())
-            for a in books.authors
+            for a in (books.authors[r] for r in rows)
         ]
-        self._rows = RowLookup(books.ids)  # 12 bytes a book, where a dict took ~60
+        if follows is None:
+            self._year, self._language, self._author = year, language, author
+            self._rows = RowLookup(books.ids)  # 12 bytes a book, where a dict took ~60
+        else:
+            at = sources.clip(0).tolist()
+            self._year = before._year[torch.from_numpy(sources.clip(0))]
+            self._year[rows] = year
+            self._language = [before._language[s] for s in at]
+            self._author = [before._author[s] for s in at]
+            for i, r in enumerate(rows):
+                self._language[r], self._author[r] = language[i], author[i]
+            self._rows = RowLookup(books.ids, follows=(before._rows, sources))
         self._masks: OrderedDict[Filters, Tensor] = OrderedDict()
         self._masks_lock = threading.Lock()  # the searcher's worker and the routes' threads
 

@@ -151,8 +151,24 @@ class RowLookup:
     themselves. Where a value repeats, the first row of it is found (the served index's ids are
     unique)."""
 
-    def __init__(self, values: Sequence[str]) -> None:
-        hashes = np.fromiter((hash(v) for v in values), dtype=np.int64, count=len(values))
+    _order: np.ndarray  # (N,) int32 rows by hash
+    _hashes: np.ndarray  # (N,) int64 sorted
+
+    def __init__(
+        self, values: Sequence[str], *, follows: tuple[RowLookup, np.ndarray] | None = None
+    ) -> None:
+        """`follows`: the lookup of the generation before, and where each value's row was
+        there ((N,) int64, −1 for a new value): its hashes moved, only the new values hashed
+        (Python's str hash, salted per process: a lookup lives in its process)."""
+        if follows is None:
+            hashes = np.fromiter((hash(v) for v in values), dtype=np.int64, count=len(values))
+        else:
+            before, sources = follows
+            by_row = np.empty(len(before._hashes), np.int64)  # the previous rows' hashes
+            by_row[before._order] = before._hashes
+            hashes = by_row[sources.clip(0)]
+            new = np.flatnonzero(sources < 0)
+            hashes[new] = np.fromiter((hash(values[r]) for r in new.tolist()), np.int64, len(new))
         self._order = np.argsort(hashes, kind="stable").astype(np.int32)  # (N,) rows by hash
         self._hashes = hashes[self._order]  # (N,) sorted
         self._values = values

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from conftest import FakeEncoder, index_file, write_jsonl
 from indexer import loaded_index
+from indexer.filters import Filters
 from service.config.settings import ServiceSettings
 from service.engine import startup
 from service.engine.served_index import ServedIndex
@@ -37,11 +38,13 @@ def _first() -> list[dict[str, Any]]:
             "Desert planet." + LONG,
             subjects=["Science Fiction"],
             ratings_count=100,
+            year=1965,
+            language="en",
         ),
         _book("dune-2", "Dune Messiah (Dune Chronicles, #2)", ["Frank Herbert"], "The emperor."),
         _book("fang", "White Fang", ["Jack London"], "A wolf-dog in the Yukon."),
         _book("call", "The Call of the Wild", ["Jack London"], "A dog in the Klondike."),
-        _book("walk-1", "A Walk", ["Iain Sinclair"], "Walking round London at night."),
+        _book("walk-1", "A Walk", ["Iain Sinclair"], "Walking round London.", language="fr"),
         _book(
             "middle",
             "Middlemarch",
@@ -68,13 +71,16 @@ def _second(books: list[dict[str, Any]]) -> list[dict[str, Any]]:
             b["subjects"] = ["Science Fiction", "Classics"]
         if b["id"] == "fang":
             b["ratings_count"] = 7
+            b["year"] = 1906
     return [
         *kept,
         _book("dune-3", "Children of Dune (Dune Chronicles, #3)", ["Frank Herbert"], "The twins."),
         _book("middle-2", "Middlemarch (Penguin Classics)", ["George Eliot"], "Another blurb."),
         _book("walk-2", "Another Walk", ["Iain Sinclair"], "London by the river."),
         _book("walk-3", "A Third Walk", ["Rachel Lichtenstein"], "East End streets."),
-        _book("new", "First Novel", ["Ann Newcomer"], "A debut.", subjects=["Victorian"]),
+        _book(
+            "new", "First Novel", ["Ann Newcomer"], "A debut.", subjects=["Victorian"], year=2020
+        ),
     ]
 
 
@@ -119,14 +125,28 @@ def _by_book(served: ServedIndex) -> dict[str, tuple[Any, ...]]:
     return out
 
 
+FILTERS = [
+    Filters(year_min=1900),
+    Filters(year_max=1950, language="en"),
+    Filters(language="fr"),
+    Filters(author="eliot"),
+    Filters(author="editor b"),
+]
+
+
 def _answers(served: ServedIndex) -> list[Any]:
     ids, names = served.books.ids, served.names
+    assert all(served.row_of(book) == r for r, book in enumerate(ids))
+    kept = [served.filters.mask(f) for f in FILTERS]
     lexical = served.lexical.scores(QUERIES)
     found = []
     for q, scores in zip(QUERIES, lexical, strict=True):
         named = names.recognise(q, served.lexical.knows, served.lexical.holding)
         who = None if named is None else (named.name, {ids[r] for r in named.rows}, named.intent)
         found.append((q, who, dict(zip(ids, scores.tolist(), strict=True))))
+    for f, mask in zip(FILTERS, kept, strict=True):
+        assert mask is not None
+        found.append((f, {book for book, keep in zip(ids, mask.tolist(), strict=True) if keep}))
     return found
 
 
@@ -152,6 +172,8 @@ def test_a_swap_moves_the_names_as_a_whole_build_makes_them(engine: Engine, tmp_
     assert swapped.names.author_mates(row("tales")) == []  # Eliot's no more
     assert np.isnan(swapped.rating_counts[row("call")])
     assert swapped.rating_counts[row("fang")] == 7
+    by_1900 = swapped.filters.mask(Filters(year_min=1900))
+    assert by_1900 is not None and by_1900[row("fang")] and not by_1900[row("call")]
 
 
 @pytest.mark.parametrize("removed", ["dune-1", "middle"])

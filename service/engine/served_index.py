@@ -115,6 +115,7 @@ class ServedIndex:
     """One generation of the catalog, ready to search: books, filter columns, BM25 and keys."""
 
     names: CatalogNames
+    filters: FilterColumns
     rating_counts: np.ndarray  # (N,) float64, NaN where not known
 
     def __init__(
@@ -162,7 +163,12 @@ class ServedIndex:
             self.rating_counts[moves.new_row[stay]] = previous.rating_counts[stay]
             self.rating_counts[moves.changed] = rating_counts_of(rating_counts, len(changed))
         self.names = CatalogNames(rows, self.like_this.word_rows)
-        self.filters = FilterColumns(index.books, device=keys.device)
+        filters = None
+        if follows is not None:
+            sources = np.full(moves.size, -1, np.int64)  # each row's previous row, −1: changed
+            sources[moves.new_row[stay]] = np.flatnonzero(stay)
+            filters = (previous.filters, sources)
+        self.filters = FilterColumns(index.books, device=keys.device, follows=filters)
         self.readers = readers_of(self.rating_counts)
 
     def arrays(self, keys: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
