@@ -78,6 +78,7 @@ def _second(books: list[dict[str, Any]]) -> list[dict[str, Any]]:
         _book("middle-2", "Middlemarch (Penguin Classics)", ["George Eliot"], "Another blurb."),
         _book("walk-2", "Another Walk", ["Iain Sinclair"], "London by the river."),
         _book("walk-3", "A Third Walk", ["Rachel Lichtenstein"], "East End streets."),
+        _book("a-first", "Before Them All", ["Ann Newcomer"], "The first row now."),
         _book(
             "new", "First Novel", ["Ann Newcomer"], "A debut.", subjects=["Victorian"], year=2020
         ),

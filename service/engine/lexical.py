@@ -271,14 +271,25 @@ class LikeThisIndex:
             lengths[source >= 0] = np.diff(before._starts)[source[source >= 0]]
             lengths[moves.changed] = own.sizes
             starts = np.concatenate([[0], np.cumsum(lengths)])
-            row = np.repeat(np.arange(self.size), lengths)  # (Σ tokens,) each token's row
-            src = before._starts[source[row].clip(0)] + np.arange(len(row)) - starts[row]
-            moved = source[row] >= 0
-            # the previous tokens renumbered to these term ids, the changed rows' own between
+            # the previous tokens renumbered to these term ids (the same ids unless a term went)
             renumber = np.array([ids.get(t, -1) for t in before.postings.terms], np.int32)
-            flat = np.zeros(len(row), np.int32)
-            flat[moved] = renumber[before._tokens[src[moved]]]
-            flat[~moved] = own.ids
+            old = before._tokens
+            if not np.array_equal(renumber, np.arange(len(renumber))):
+                old = renumber[old]
+            flat = np.empty(
+                int(starts[-1]), np.int32 if len(postings.terms) > 1 << 16 else old.dtype
+            )
+            # runs of rows moved together (consecutive here and before) copied a slice each,
+            # the changed rows' own tokens between: O(changed) slices, no pass per token
+            kept = source >= 0
+            step = np.flatnonzero((np.diff(source) != 1) | ~kept[1:] | ~kept[:-1]) + 1
+            for a, b in zip(np.r_[0, step].tolist(), np.r_[step, self.size].tolist(), strict=True):
+                if kept[a]:
+                    first = before._starts[source[a]]
+                    flat[starts[a] : starts[b]] = old[first : first + starts[b] - starts[a]]
+            own_starts = np.concatenate([[0], np.cumsum(own.sizes)])
+            for i, r in enumerate(moves.changed.tolist()):
+                flat[starts[r] : starts[r + 1]] = own.ids[own_starts[i] : own_starts[i + 1]]
         self._starts = np.concatenate([[0], np.cumsum(lengths)])
         # 2 bytes a token while the term ids fit (200 bytes a book before, at 100,000 books)
         wide = len(postings.terms) > 1 << 16
