@@ -3,9 +3,11 @@ typed query that names an author, over a small catalog written for the cases."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from service.engine.catalog_names import CatalogNames
+from service.engine.catalog_names import CatalogNames, _rows_by_key
 from service.engine.name_rows import fold, series_keys
 
 BOOKS = [  # (title, authors, description)
@@ -180,3 +182,23 @@ def test_a_foreword_writer_is_no_principal_author() -> None:
     assert names.author_mates(orwell) == [1, 2]
     assert orwell not in names.author_mates(v) and names.author_mates(v) == []
     assert names.author_mates(weis) == [5, 6]
+
+
+def test_each_authors_rows_are_the_rows_crediting_it_in_order() -> None:
+    """`_rows_by_key` groups the credits in numpy by the rows' shared tuples: the same rows,
+    keys in the order the rows first credit them, as a loop over every credit gives, where
+    rows share a tuple object, hold equal tuples apart, or credit no one."""
+    rng = random.Random(0)
+    keys = [(f"a{i}", "writer") for i in range(30)]
+    shared = [tuple(rng.sample(keys, rng.randint(0, 3))) for _ in range(20)]
+    rows = [
+        rng.choice(shared) if rng.random() < 0.7 else tuple(rng.sample(keys, rng.randint(0, 3)))
+        for _ in range(500)
+    ]
+    expected: dict[tuple[str, ...], list[int]] = {}
+    for row, credited in enumerate(rows):
+        for key in credited:
+            expected.setdefault(key, []).append(row)
+    got = _rows_by_key(rows)
+    assert got == expected
+    assert list(got) == list(expected)
