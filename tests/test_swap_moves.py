@@ -78,7 +78,7 @@ def _second(books: list[dict[str, Any]]) -> list[dict[str, Any]]:
         _book("middle-2", "Middlemarch (Penguin Classics)", ["George Eliot"], "Another blurb."),
         _book("walk-2", "Another Walk", ["Iain Sinclair"], "London by the river."),
         _book("walk-3", "A Third Walk", ["Rachel Lichtenstein"], "East End streets."),
-        _book("a-first", "Before Them All", ["Ann Newcomer"], "The first row now."),
+        _book("a-first", "Before Them All", ["Ann Newcomer", "GEORGE ELIOT"], "First row now."),
         _book(
             "new", "First Novel", ["Ann Newcomer"], "A debut.", subjects=["Victorian"], year=2020
         ),
@@ -111,7 +111,7 @@ def _by_book(served: ServedIndex) -> dict[str, tuple[Any, ...]]:
         out[ids[r]] = (
             served.books.row(r),
             names.rows.authors[r],
-            [names.rows.display[key] for key in names.rows.authors[r]],
+            [names._written(key) for key in names.rows.authors[r]],
             names.rows.series[r],
             names.rows.subjects[r],
             tuple(names.rows.work_keys[r].tolist()),
@@ -170,6 +170,8 @@ def test_a_swap_moves_the_names_as_a_whole_build_makes_them(engine: Engine, tmp_
     assert [swapped.books.ids[r] for r in dune] == ["dune-3"]
     assert swapped.names.recognise("london", swapped.lexical.knows) is None  # now a word
     assert swapped.names.recognise("ann newcomer", swapped.lexical.knows) is not None
+    eliot = swapped.names.recognise("george eliot", swapped.lexical.knows)
+    assert eliot is not None and eliot.name == "GEORGE ELIOT"  # as the first row writes it
     assert swapped.names.author_mates(row("tales")) == []  # Eliot's no more
     assert np.isnan(swapped.rating_counts[row("call")])
     assert swapped.rating_counts[row("fang")] == 7

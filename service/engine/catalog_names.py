@@ -27,7 +27,7 @@ import numpy as np
 
 from service.engine.book_works import Works, principal_authors
 from service.engine.lexical import LikeThisIndex
-from service.engine.name_rows import MAX_NAME_TOKENS, AuthorKey, NameRows, fold
+from service.engine.name_rows import MAX_NAME_TOKENS, AuthorKey, NameRows, fold, name_key
 from service.engine.spelling import deletions, one_edit
 from service.engine.subject_headings import SubjectHeadings
 
@@ -88,11 +88,13 @@ class CatalogNames:
     served index: the indexes over each row's names (`NameRows`), made again whole from them at
     each load and swap (O(N) passes over lists and arrays, nothing folded)."""
 
-    def __init__(self, rows: NameRows, word_rows: WordRows):
+    def __init__(self, rows: NameRows, word_rows: WordRows, written: Sequence[Sequence[str]]):
         """`word_rows`: where the catalog's titles and descriptions use a word (the served
-        index's more-like-this index), for the surnames that are words (`_words_of`)."""
+        index's more-like-this index), for the surnames that are words (`_words_of`);
+        `written`: each row's authors as the catalog writes them (`_written`)."""
         self.rows = rows
-        self._index_authors(rows.authors, rows.display)
+        self._written_by_row = written
+        self._index_authors(rows.authors)
         self.works = Works.of_keys(rows.work_keys)
         self._index_series(rows.series)
         self.subjects = SubjectHeadings(rows.subjects)
@@ -116,7 +118,7 @@ class CatalogNames:
             for i, title in enumerate(titles)
         ]
         rows = NameRows.of(titles, authors, descriptions, subjects)
-        return cls(rows, LikeThisIndex(texts).word_rows)
+        return cls(rows, LikeThisIndex(texts).word_rows, authors)
 
     # ---- as arrays (service/engine/served_form.py): each row's names; the indexes over them
     # are made again from these
@@ -126,18 +128,15 @@ class CatalogNames:
         return self.rows.arrays()
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray], word_rows: WordRows) -> CatalogNames:
+    def from_arrays(
+        cls, arrays: Mapping[str, np.ndarray], word_rows: WordRows, written: Sequence[Sequence[str]]
+    ) -> CatalogNames:
         """The names `arrays()` gave, nothing folded again."""
-        return cls(NameRows.from_arrays(arrays), word_rows)
+        return cls(NameRows.from_arrays(arrays), word_rows, written)
 
-    def _index_authors(
-        self,
-        row_authors: list[tuple[AuthorKey, ...]],
-        display: dict[AuthorKey, str],
-    ) -> None:
+    def _index_authors(self, row_authors: list[tuple[AuthorKey, ...]]) -> None:
         """Each author's rows and principal rows, from each row's authors."""
         self._row_authors = row_authors
-        self._display = display
         self._author_rows = _rows_by_key(row_authors)
         self.principal = principal_authors(self._row_authors, self._author_rows)
         self._principal_rows = _rows_by_key(self.principal)
@@ -259,7 +258,7 @@ class CatalogNames:
                 if not (keys := self._named(words, i, n)):
                     continue
                 rows = {r for key in keys for r in self._author_rows[key]}
-                name = self._display[max(sorted(keys), key=lambda k: len(self._author_rows[k]))]
+                name = self._written(max(sorted(keys), key=lambda k: len(self._author_rows[k])))
                 if n == len(words) and holding is not None:  # the name alone
                     others = len(holding(" ".join(words))) - len(rows)
                     if others > 2 * len(rows):  # clearly more a subject than an author
@@ -270,13 +269,19 @@ class CatalogNames:
                 if other := self._joined(words, start, stop, joined="&" in query):
                     (start, stop), more = other
                     rows |= {r for key in more for r in self._author_rows[key]}
-                    second = self._display[
+                    second = self._written(
                         max(sorted(more), key=lambda k: len(self._author_rows[k]))
-                    ]
+                    )
                     name = f"{second} and {name}" if start < i else f"{name} and {second}"
                 intent = "about" if _asks_about(words[:start], words[stop:]) else "by"
                 return NamedAuthor(name, tuple(sorted(rows)), intent)
         return None
+
+    def _written(self, key: AuthorKey) -> str:
+        """The author's name as the first book crediting it writes it (folded again for the
+        few names a query names: a swap keeps no table of written names to move)."""
+        first = self._author_rows[key][0]
+        return next(n for n in self._written_by_row[first] if name_key(n) == key)
 
     def _named(self, words: Sequence[str], i: int, n: int) -> set[tuple[str, ...]] | None:
         """The author keys words[i : i + n] names, if any."""

@@ -49,6 +49,11 @@ def fold(text: str) -> list[str]:
     return _WORD.findall(without_combining(decomposed).casefold())
 
 
+def name_key(name: str) -> AuthorKey:
+    """An author's key: the name's folded words, at most MAX_NAME_TOKENS of them."""
+    return tuple(fold(name))[:MAX_NAME_TOKENS]
+
+
 def series_keys(title: str) -> tuple[str, ...]:
     """The series a title names: ("discworld",) for "Mort (Discworld  #4)", ("discworld",
     "witches") for "Lords and Ladies (Discworld  #14; Witches #4)", () without a marker."""
@@ -87,10 +92,9 @@ def _digest(*parts: str) -> int:
 
 @dataclass(frozen=True)
 class NameRows:
-    """Each row's authors, series, subject headings and work keys; the names as written."""
+    """Each row's authors, series, subject headings and work keys."""
 
     authors: list[tuple[AuthorKey, ...]]  # distinct within a row, in credit order
-    display: dict[AuthorKey, str]  # each author's name as the catalog first wrote it
     series: list[tuple[str, ...]]
     subjects: list[tuple[str, ...]]  # every heading, folded, distinct within a row
     work_keys: np.ndarray  # (N, 2) int64: `work_keys` of each row
@@ -106,7 +110,6 @@ class NameRows:
         """The facts of books given column by column (descriptions and subjects: None where
         the catalog has none)."""
         row_authors: list[tuple[AuthorKey, ...]] = []
-        display: dict[AuthorKey, str] = {}
         # one tuple object per distinct name and per distinct tuple of a row's names: each
         # row's own folded copies cost ~340 bytes a book (32 MiB at 100,000 books)
         one_key: dict[AuthorKey, AuthorKey] = {}
@@ -114,11 +117,10 @@ class NameRows:
         for names in authors:
             keys: list[AuthorKey] = []
             for name in names:
-                key = tuple(fold(name))[:MAX_NAME_TOKENS]
+                key = name_key(name)
                 if key and key not in keys and key not in _NOT_AUTHORS:
                     key = one_key.setdefault(key, key)
                     keys.append(key)
-                    display.setdefault(key, name)
             row_authors.append(row_keys.setdefault(tuple(keys), tuple(keys)))
         one_series: dict[tuple[str, ...], tuple[str, ...]] = {}  # one object each, as above
         series = [one_series.setdefault(k, k) for k in map(series_keys, titles)]
@@ -133,7 +135,7 @@ class NameRows:
             ],
             np.int64,
         ).reshape(len(titles), 2)
-        return cls(row_authors, display, series, headings, work)
+        return cls(row_authors, series, headings, work)
 
     def __len__(self) -> int:
         return len(self.authors)
@@ -141,16 +143,13 @@ class NameRows:
     def following(self, moves: RowMoves, changed: NameRows) -> NameRows:
         """The facts of the next generation: these rows moved by `moves`, the changed rows'
         `changed` (in `moves.changed` order)."""
-        display = {**self.display, **changed.display}
         authors = moved(self.authors, moves, changed.authors)
-        kept = {key for keys in authors for key in keys}
         keys = np.zeros((moves.size, 2), np.int64)
         stay = moves.new_row >= 0
         keys[moves.new_row[stay]] = self.work_keys[stay]
         keys[moves.changed] = changed.work_keys
         return NameRows(
             authors,
-            {key: name for key, name in display.items() if key in kept},
             moved(self.series, moves, changed.series),
             moved(self.subjects, moves, changed.subjects),
             keys,
@@ -158,13 +157,12 @@ class NameRows:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The facts as arrays (service/engine/served_form.py): each table of names once (the
-        authors' folded words and their names as written, the series, the headings) and each
-        row's list of numbers into it."""
+        authors' folded words, the series, the headings) and each row's list of numbers into
+        it."""
         out = {"work_keys": self.work_keys}
         number: dict[AuthorKey, int] = {}
         rows = [[number.setdefault(k, len(number)) for k in keys] for keys in self.authors]
         out |= text_arrays("authors", [" ".join(key) for key in number])
-        out |= text_arrays("display", [self.display[key] for key in number])
         out |= lists_arrays("row_authors", rows)
         for name, column in (("series", self.series), ("subjects", self.subjects)):
             table: dict[str, int] = {}
@@ -177,7 +175,6 @@ class NameRows:
         """The facts `arrays()` gave, nothing folded again. ValueError where they do not hold
         together."""
         authors = [tuple(key.split(" ")) for key in text_of_arrays(arrays, "authors")]
-        display = dict(zip(authors, text_of_arrays(arrays, "display"), strict=True))
         row_authors = _rows_of(authors, lists_of(arrays, "row_authors", len(authors)))
         series, subjects = (
             _rows_of(table, lists_of(arrays, f"row_{name}", len(table)))
@@ -188,7 +185,7 @@ class NameRows:
         lengths = {len(row_authors), len(series), len(subjects)}
         if keys.ndim != 2 or keys.shape[1] != 2 or lengths != {len(keys)}:
             raise ValueError("the books' names in columns of other lengths")
-        return cls(row_authors, display, series, subjects, keys)
+        return cls(row_authors, series, subjects, keys)
 
 
 def _rows_of(table: Sequence[T], rows: list[tuple[int, ...]]) -> list[tuple[T, ...]]:

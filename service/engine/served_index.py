@@ -148,6 +148,9 @@ class ServedIndex:
             self.rating_counts = rating_counts_of(rating_counts, len(index))
         else:
             previous, moves = follows
+            stay = moves.new_row >= 0
+            sources = np.full(moves.size, -1, np.int64)  # each row's previous row, −1: changed
+            sources[moves.new_row[stay]] = np.flatnonzero(stay)
             changed = index.books.take(moves.changed.tolist())
             self.lexical = LexicalIndex.following(
                 previous.lexical, moves, _documents(changed, descriptions)
@@ -158,22 +161,19 @@ class ServedIndex:
             rows = previous.names.rows.following(
                 moves, NameRows.of(changed.titles, changed.authors, descriptions, subjects)
             )
-            self.rating_counts = np.full(moves.size, np.nan)
-            stay = moves.new_row >= 0
-            self.rating_counts[moves.new_row[stay]] = previous.rating_counts[stay]
+            self.rating_counts = previous.rating_counts[sources.clip(0)]
             self.rating_counts[moves.changed] = rating_counts_of(rating_counts, len(changed))
-        self.names = CatalogNames(rows, self.like_this.word_rows)
-        filters = None
-        if follows is not None:
-            sources = np.full(moves.size, -1, np.int64)  # each row's previous row, −1: changed
-            sources[moves.new_row[stay]] = np.flatnonzero(stay)
-            filters = (previous.filters, sources)
-        self.filters = FilterColumns(index.books, device=keys.device, follows=filters)
+        self.names = CatalogNames(rows, self.like_this.word_rows, index.books.authors)
+        self.filters = FilterColumns(
+            index.books,
+            device=keys.device,
+            follows=None if follows is None else (previous.filters, sources),
+        )
         self.readers = readers_of(self.rating_counts)
 
     def arrays(self, keys: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """This index as arrays, its served form (service/engine/served_form.py): the books,
-        both BM25 indexes, the names, the readers' prior, and `keys` (field → (N, d), the
+        both BM25 indexes, the names, the rating counts, and `keys` (field → (N, d), the
         loaded index's, stored (d, N))."""
         out = {
             **nested("books", self.books.arrays()),
@@ -209,7 +209,7 @@ class ServedIndex:
         served.lexical = LexicalIndex.from_arrays(part_of(arrays, "lexical"))
         served.like_this = LikeThisIndex.from_arrays(part_of(arrays, "like_this"))
         served.names = CatalogNames.from_arrays(
-            part_of(arrays, "names"), served.like_this.word_rows
+            part_of(arrays, "names"), served.like_this.word_rows, books.authors
         )
         served.filters = FilterColumns(books, device=served.keys.device)
         served.rating_counts = np.array(arrays["rating_counts"], np.float64)
