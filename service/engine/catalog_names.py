@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.engine.book_works import Works, principal_authors
-from service.engine.lexical import LikeThisIndex
+from service.engine.lexical import LikeThisIndex, like_this_text
 from service.engine.name_rows import MAX_NAME_TOKENS, AuthorKey, NameRows, fold, name_key
 from service.engine.spelling import deletions, one_edit
 from service.engine.subject_headings import SubjectHeadings
@@ -114,7 +114,7 @@ class CatalogNames:
         """The names of books given column by column, their words found by a more-like-this
         index of their own (the served index passes its own)."""
         texts = [
-            f"{title}. {d}" if (d := descriptions[i] if descriptions else None) else title
+            like_this_text(title, descriptions[i] if descriptions else None)
             for i, title in enumerate(titles)
         ]
         rows = NameRows.of(titles, authors, descriptions, subjects)

@@ -50,6 +50,12 @@ def book_document(title: str, authors: Sequence[str], description: str | None) -
     return "\n".join(part for part in (title, title, names, names, description or "") if part)
 
 
+def like_this_text(title: str, description: str | None) -> str:
+    """The text the more-like-this index holds of one book: "<title>. <description>", its title
+    alone without one."""
+    return f"{title}. {description}" if description else title
+
+
 def _chunks(texts: Iterable[str]) -> Iterator[list[str]]:
     """The texts normalized, TOKENIZE_CHUNK at a time."""
     it = iter(texts)

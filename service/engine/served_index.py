@@ -25,7 +25,7 @@ from models.heads import DenseHeads
 from models.keys import DenseHeadSpec, LocalKeys
 from service.engine.bm25_postings import RowMoves
 from service.engine.catalog_names import CatalogNames
-from service.engine.lexical import LexicalIndex, LikeThisIndex, book_document
+from service.engine.lexical import LexicalIndex, LikeThisIndex, book_document, like_this_text
 from service.engine.name_rows import NameRows
 from service.engine.results import NamedBook
 from service.engine.row_lists import nested, part_of
@@ -78,7 +78,7 @@ def _like_this_texts(
     books: BookColumns, descriptions: Sequence[str | None] | None
 ) -> Iterator[str]:
     return (
-        f"{title}. {d}" if (d := descriptions[i] if descriptions else None) else title
+        like_this_text(title, descriptions[i] if descriptions else None)
         for i, title in enumerate(books.titles)
     )
 
