@@ -14,7 +14,8 @@ from bm25s.tokenization import Tokenizer
 
 from indexer.catalog import read_catalog
 from indexer.data import DEMO_CATALOG
-from service.engine.lexical import LexicalIndex, book_document
+from service.engine.lexical import LexicalIndex, LikeThisIndex, book_document
+from service.engine.name_rows import fold
 
 
 @pytest.fixture(scope="module")
@@ -210,3 +211,18 @@ def _entries(p: Any) -> dict[str, set[tuple[int, int]]]:
         term: {(int(r), int(c)) for r, c in zip(rows, counts, strict=True)}
         for term, (rows, counts) in zip(p.terms, lists, strict=True)
     }
+
+
+def test_the_rows_of_a_word_are_the_books_using_it_folded() -> None:
+    """`LikeThisIndex.word_rows` (the surnames that are words, service/engine/catalog_names.py):
+    a word's rows are the books whose title or description hold it, accents folded ("Márquez"
+    is "marquez"); a stop word, which the index keeps no list of, is None; a word no book
+    holds has no entry."""
+    index = LikeThisIndex(
+        ["A story of Márquez", "The rest. Marquez again", "Will it rain. The rest", "Nothing"]
+    )
+    found = index.word_rows({"marquez", "will", "rest", "absent"}, fold)
+    assert set(found) == {"marquez", "will", "rest"}
+    assert found["will"] is None
+    assert found["marquez"] is not None and found["marquez"].tolist() == [0, 1]
+    assert found["rest"] is not None and found["rest"].tolist() == [1, 2]
