@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from service.engine.catalog_names import CatalogNames, _rows_by_key
+from service.engine.catalog_names import CatalogNames
 from service.engine.name_rows import fold, series_keys
+from service.engine.row_lists import rows_by_key
 
 BOOKS = [  # (title, authors, description)
     ("Neuromancer", ["William Gibson"], "a hacker in cyberspace"),
@@ -185,7 +186,7 @@ def test_a_foreword_writer_is_no_principal_author() -> None:
 
 
 def test_each_authors_rows_are_the_rows_crediting_it_in_order() -> None:
-    """`_rows_by_key` groups the credits in numpy by the rows' shared tuples: the same rows,
+    """`rows_by_key` groups the credits in numpy by the rows' shared tuples: the same rows,
     keys in the order the rows first credit them, as a loop over every credit gives, where
     rows share a tuple object, hold equal tuples apart, or credit no one."""
     rng = random.Random(0)
@@ -199,6 +200,6 @@ def test_each_authors_rows_are_the_rows_crediting_it_in_order() -> None:
     for row, credited in enumerate(rows):
         for key in credited:
             expected.setdefault(key, []).append(row)
-    got = _rows_by_key(rows)
+    got = rows_by_key(rows)
     assert got == expected
     assert list(got) == list(expected)

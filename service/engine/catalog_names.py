@@ -28,6 +28,7 @@ import numpy as np
 from service.engine.book_works import Works, principal_authors
 from service.engine.lexical import LikeThisIndex, like_this_text
 from service.engine.name_rows import MAX_NAME_TOKENS, AuthorKey, NameRows, fold, name_key
+from service.engine.row_lists import rows_by_key
 from service.engine.spelling import deletions, one_edit
 from service.engine.subject_headings import SubjectHeadings
 
@@ -137,9 +138,9 @@ class CatalogNames:
     def _index_authors(self, row_authors: list[tuple[AuthorKey, ...]]) -> None:
         """Each author's rows and principal rows, from each row's authors."""
         self._row_authors = row_authors
-        self._author_rows = _rows_by_key(row_authors)
+        self._author_rows = rows_by_key(row_authors)
         self.principal = principal_authors(self._row_authors, self._author_rows)
-        self._principal_rows = _rows_by_key(self.principal)
+        self._principal_rows = rows_by_key(self.principal)
 
     def _index_series(self, row_series: list[tuple[str, ...]]) -> None:
         self._row_series = row_series
@@ -332,30 +333,3 @@ def _asks_about(before: Sequence[str], after: Sequence[str]) -> bool:
     if before and before[-1] == "on":
         return True
     return len(before) >= 2 and before[-1] == "of" and before[-2] in _OF_A_LIFE
-
-
-def _rows_by_key(row_keys: Sequence[Sequence[AuthorKey]]) -> dict[AuthorKey, list[int]]:
-    """Each key's rows, ascending, from each row's keys. Rows share their tuple of keys (one
-    object per distinct tuple: service/engine/name_rows.py), so the keys are numbered once per
-    distinct tuple and each row's credits expanded and grouped in numpy: a Python step per
-    credit took seconds at a million books."""
-    n = len(row_keys)
-    # rows holding one tuple object: the same keys (equal tuples held apart number alike)
-    _, first, group = np.unique(
-        np.fromiter(map(id, row_keys), np.int64, n), return_index=True, return_inverse=True
-    )
-    number: dict[AuthorKey, int] = {}  # in the order the rows first credit them
-    keys: list[list[int]] = [[] for _ in first]
-    for g in np.argsort(first).tolist():
-        keys[g] = [number.setdefault(k, len(number)) for k in row_keys[int(first[g])]]
-    sizes = np.fromiter(map(len, keys), np.int64, len(keys))  # each group's keys
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    flat = np.fromiter((k for ks in keys for k in ks), np.int64, int(starts[-1]))
-    per_row = sizes[group]  # (N,) keys of each row
-    credit_row = np.repeat(np.arange(n), per_row)  # (credits,) ascending
-    within = np.arange(len(credit_row)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
-    credit_key = flat[np.repeat(starts[group], per_row) + within]
-    order = np.argsort(credit_key, kind="stable")  # by key, each key's rows in row order
-    bounds = np.searchsorted(credit_key[order], np.arange(len(number) + 1)).tolist()
-    grouped = credit_row[order].tolist()
-    return {key: grouped[bounds[i] : bounds[i + 1]] for key, i in number.items()}
