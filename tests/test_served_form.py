@@ -176,6 +176,14 @@ def _authors_past_their_names(folder: Path, _other: Path, _engine: Engine) -> st
     return "authors do not span their names"
 
 
+def _a_work_that_is_no_row(folder: Path, _other: Path, _engine: Engine) -> str:
+    path = folder / "names.works.npy"
+    works = np.load(path)
+    works[0] = len(works)  # the same dtype, shape and size
+    np.save(path, works)
+    return "work ids that are not rows"
+
+
 def _an_array_left_out(folder: Path, _other: Path, _engine: Engine) -> str:
     manifest = json.loads((folder / served_form.MANIFEST).read_text())
     del manifest["arrays"]["like_this.scores"]  # a form of a layout without them, say
@@ -219,6 +227,7 @@ def _another_format(folder: Path, _other: Path, _engine: Engine) -> str:
         _same_size_other_dtype,
         _parts_that_do_not_fit,
         _authors_past_their_names,
+        _a_work_that_is_no_row,
         _an_array_left_out,
         _a_name_outside_its_folder,
         _rows_changed_under_it,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from indexer.text_column import text_arrays, text_of_arrays
 from service.engine.book_works import Works, principal_authors
 from service.engine.lexical import LikeThisIndex, like_this_text
 from service.engine.name_rows import MAX_NAME_TOKENS, AuthorKey, NameRows, fold, name_key
@@ -89,18 +90,27 @@ class CatalogNames:
     served index: the indexes over each row's names (`NameRows`), made again whole from them at
     each load and swap (O(N) passes over lists and arrays, nothing folded)."""
 
-    def __init__(self, rows: NameRows, word_rows: WordRows, written: Sequence[Sequence[str]]):
+    def __init__(
+        self,
+        rows: NameRows,
+        word_rows: WordRows,
+        written: Sequence[Sequence[str]],
+        *,
+        made: tuple[np.ndarray, frozenset[str]] | None = None,
+    ):
         """`word_rows`: where the catalog's titles and descriptions use a word (the served
         index's more-like-this index), for the surnames that are words (`_words_of`);
-        `written`: each row's authors as the catalog writes them (`_written`)."""
+        `written`: each row's authors as the catalog writes them (`_written`); `made`: the
+        works and the surnames that are words as `arrays()` kept them, not made again."""
         self.rows = rows
         self._written_by_row = written
         self._index_authors(rows.authors)
-        self.works = Works.of_keys(rows.work_keys)
+        self.works = Works.of_keys(rows.work_keys) if made is None else Works.from_work(made[0])
         self._index_series(rows.series)
         self.subjects = SubjectHeadings(rows.subjects)
         surnames = self._index_names()
-        self._keep_surnames(surnames, self._words_of(surnames, word_rows))
+        words = self._words_of(surnames, word_rows) if made is None else made[1]
+        self._keep_surnames(surnames, words)
         self._index_tokens()
 
     @classmethod
@@ -121,19 +131,29 @@ class CatalogNames:
         rows = NameRows.of(titles, authors, descriptions, subjects)
         return cls(rows, LikeThisIndex(texts).word_rows, authors)
 
-    # ---- as arrays (service/engine/served_form.py): each row's names; the indexes over them
-    # are made again from these
+    # ---- as arrays (service/engine/served_form.py): each row's names, the works and the
+    # surnames that are words; the other indexes are made again from these
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The names as arrays: each row's (`NameRows.arrays`)."""
-        return self.rows.arrays()
+        """The names as arrays: each row's (`NameRows.arrays`), each row's work id, and the
+        surnames that are words (what needs the whole catalog and is not a list of rows)."""
+        return {
+            **self.rows.arrays(),
+            "works": np.frombuffer(self.works.work, np.int32),
+            **text_arrays("words", sorted(self._words)),
+        }
 
     @classmethod
     def from_arrays(
         cls, arrays: Mapping[str, np.ndarray], word_rows: WordRows, written: Sequence[Sequence[str]]
     ) -> CatalogNames:
-        """The names `arrays()` gave, nothing folded again."""
-        return cls(NameRows.from_arrays(arrays), word_rows, written)
+        """The names `arrays()` gave, nothing folded again. ValueError where the work ids are
+        not rows."""
+        rows = NameRows.from_arrays(arrays)
+        if len(arrays["works"]) != len(rows):
+            raise ValueError("works of another number of books than the names'")
+        made = (arrays["works"], frozenset(text_of_arrays(arrays, "words")))
+        return cls(rows, word_rows, written, made=made)
 
     def _index_authors(self, row_authors: list[tuple[AuthorKey, ...]]) -> None:
         """Each author's rows and principal rows, from each row's authors."""
