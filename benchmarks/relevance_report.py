@@ -10,7 +10,7 @@ from benchmarks.relevance_labels import Scored
 from benchmarks.relevance_rank import ROWS
 from benchmarks.relevance_reader import READER_ROWS
 from service.config.settings import ServiceSettings
-from service.engine.searcher import NO_STRONG_MATCH_BELOW
+from service.engine.mixing import NO_STRONG_MATCH_BELOW
 
 PER_LINE = 4  # kinds side by side in one block of the table
 ALL_ROWS = (*ROWS, *READER_ROWS)  # a kind has some of them (topical_dev: the README's)

@@ -58,10 +58,17 @@ def main(argv: list[str] | None = None) -> int:
     free.sort(key=lambda r: -ratings.get(books[r].id, 0))
     for r in free[: args.books]:
         found = book_ranking.similar(index, books[r].id, k=5, heads=settings.similar)
-        out(f"\n{books[r].title} ({', '.join(books[r].authors[:1])})")
+        flag = ", no strong match" if found.no_strong_match else ""
+        out(
+            f"\n{books[r].title} ({', '.join(books[r].authors[:1])}): match strength "
+            f"{found.match_strength:.3f}{flag}"
+        )
         for hit in found.results:
             authors = ", ".join(hit.book.authors[:1])
-            out(f"  {hit.rank}. {hit.book.title} ({authors})  weight {hit.weight:.4f}")
+            out(
+                f"  {hit.rank}. {hit.book.title} ({authors})  weight {hit.weight:.4f} "
+                f"(by weight #{hit.relevance_rank}), cosine {hit.score:.2f}"
+            )
 
     by_author = Counter(a for b in books for a in b.authors[:1])
     prolific = [a for a, _ in by_author.most_common(2 * args.pairs)]
@@ -74,8 +81,10 @@ def main(argv: list[str] | None = None) -> int:
             index, [b.id for b in liked], [], k=10, heads=settings.recommend
         )
         out(f"\nliked: {' + '.join(f'{b.title} ({b.authors[0]})' for b in liked)}")
+        out(f"  match strength {rec.match_strength:.3f}")
         for got in rec.results:
-            out(f"  {got.rank}. {got.book.title} ({', '.join(got.book.authors[:1])})")
+            authors = ", ".join(got.book.authors[:1])
+            out(f"  {got.rank}. {got.book.title} ({authors})  weight {got.weight:.4f}")
         out(f"  held back: {rec.held_back} by the liked authors")
     searcher.close()
     return 0

@@ -57,6 +57,10 @@ class Mixture:
     matched: Tensor  # (B,) int64 unmasked books
     entropy: Tensor | None  # (B,) float64 −Σ w log w over every unmasked book, when asked
     rounds: int  # how many candidate rounds the threshold needed
+    # Where another score ordered the hits (the rank fusion, models/rank_fusion.py): its value
+    # of each hit (B, k), and each query's largest weight (B,). None: the weights ordered them.
+    order: Tensor | None = None
+    top_weight: Tensor | None = None
 
 
 # Weights closer than this (relative) are a tie at the cut of the top k: above float32's 6e-8,
@@ -154,7 +158,7 @@ def mix_topk(
             scores = torch.empty(Br, cand.shape[1], 0, dtype=torch.float64)
         scores = with_scored(scores, scored_r, cand)  # (Br, C, H)
         exact_in_lists(scores, cand, top[:Hd])
-        logp = _candidate_logp([*scales, *(h.scale for h in scored)], scores, cand, lse, mask_r)
+        logp = candidate_logp([*scales, *(h.scale for h in scored)], scores, cand, lse, mask_r)
         probs = logp.exp()
         pos, best_w, done = _settle(pi_r, probs, cand, top, k)
         if kk >= N:
@@ -266,7 +270,7 @@ def _settle(
     return pos, best_w, done
 
 
-def _candidate_logp(
+def candidate_logp(
     scales: Sequence[float], scores: Tensor, cand: Tensor, lse: Tensor, mask: Tensor | None
 ) -> Tensor:
     """Exact log p_h (B, C, H) float64 of each candidate from its raw scores (B, C, H)."""

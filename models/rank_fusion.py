@@ -1,28 +1,35 @@
-"""Exact top-k of a rank fusion of attention heads: weight_i = Σ_h π_h c_h(i) / Z, with
-c_h(i) = 1 / (k₀ + rank_h(i)) for the books in head h's top `depth`, 0 beyond it.
+"""Exact top-k of a rank fusion of attention heads: the books ordered by
+f_i = Σ_h π_h c_h(i) / Z, with c_h(i) = 1 / (k₀ + rank_h(i)) for the books in head h's top
+`depth`, 0 beyond it; each book weighed by the heads' attention, w_i = Σ_h π_h p_h(i).
 
-Why not the mixture Σ_h π_h softmax_h (models/mixture.py): a softmax's peak follows its head's
-spread, not its weight. One title head that finds a single near-identical title ("The Glass
-Castle" → "Glass House", p = 0.99) outweighs every flat head however small its π. Ranks know
-nothing of a head's spread, so here no single head's peak decides: a book's weight is what each
-head's ordering of the catalog says of it, in proportion to π. This is reciprocal-rank fusion
-(Cormack et al. 2009, k₀ = 60), weighted and normalised into a distribution over the books. A
-book in no head's top `depth` gets weight 0; the weights sum to 1 over the rest.
+Why order by rank and not by the mixture w (models/mixture.py): a softmax's peak follows its
+head's spread, not its weight. One title head that finds a single near-identical title ("The
+Glass Castle" → "Glass House", p = 0.99) outweighs every flat head however small its π. Ranks
+know nothing of a head's spread, so no single head's peak decides the order: a book's place is
+what each head's ordering of the catalog says of it, in proportion to π. This is reciprocal-rank
+fusion (Cormack et al. 2009, k₀ = 60), weighted.
 
-A prior over the books, log ρ(i) (B, N) or (N,), may weigh each book's fused evidence:
-weight_i = ρ(i) Σ_h π_h c_h(i) / Z, Bayes' p(i | q) ∝ p(q | i) p(i) with the fusion as the
-likelihood. It only reorders the books some head lists (a book in no list still gets 0), and a
-book's shares still sum to its weight: the prior scales all of its heads' parts alike.
+Why weigh by the mixture and not by f: f depends on the ranks alone (a book first in every head
+gets the same f whatever it is), so it cannot tell a near-duplicate from a weak match. The
+weight shown is attention: p_h(i) = softmax(scale_h · s_h)_i over the whole catalog, each head
+exact, and w sums to 1 over the catalog. π_h p_h(i) is head h's share of it, and the shares sum
+to the weight. The order is f's, so the weights of the hits need not fall down the list;
+`top_weight` is the largest weight of the books the heads list (their union holds every book
+that weighs more than Σ_h π_h p_h of head h's `depth`-th).
 
-Each head h is still scaled dot-product attention over the whole catalog (a dense head's
-logits scale_h · q_h K_hᵀ, a scored head's scale_h · s_h): its top `depth` are exact, and so
-are the ranks. The shares π_h c_h(i) / Z sum to the weight over h, and p_h(i) = c_h(i) / Σ_j
-c_h(j) is the book's weight in head h alone (its rank distribution).
+A prior over the books, log ρ(i) (B, N) or (N,), may weigh each book's fused evidence in the
+order: f_i ∝ ρ(i) Σ_h π_h c_h(i), Bayes' p(i | q) ∝ p(q | i) p(i) with the fusion as the
+likelihood. It only reorders the books some head lists (a book in no list still gets 0); the
+weights are the heads' attention, which the prior does not enter.
+
+Each head h is scaled dot-product attention over the whole catalog (a dense head's logits
+scale_h · q_h K_hᵀ, a scored head's scale_h · s_h): its top `depth` are exact, and so are its
+ranks and, from its log-sum-exp, each candidate's p_h.
 
 One round, through the same asks as the mixture (`TopAsk`, then `ScoresAsk` for the
-candidates' raw scores that a response shows): the caller answers them wherever the keys are
-(service/engine/ranking.py `run_mixture`), and every candidate's ranks come from the lists
-themselves.
+candidates' raw scores, or `SweepAsk` where the entropy of the weights is asked): the caller
+answers them wherever the keys are (service/engine/ranking.py `run_mixture`), and every
+candidate's ranks come from the lists themselves.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from models.candidates import (
     with_scored,
 )
 from models.heads import ScoredHead, TopLists
-from models.mixture import MixSteps, Mixture, ScoresAsk, TopAsk
+from models.mixture import MixSteps, Mixture, ScoresAsk, SweepAsk, TopAsk, candidate_logp
 
 RRF_K = 60  # k₀: Cormack et al.'s constant, and the reader's own RRF's
 DEPTH = 1000  # each head's list: a book past a head's 1,000th place gets nothing from it
@@ -65,8 +72,8 @@ def fuse_ranks(
     """The exact top-k books of the rank fusion above, π (B, Hd + Hs) with rows summing to 1:
     the dense heads (one scale each, over `size` rows) first, then the scored heads. A
     generator like `models.mixture.mix_topk`, and returns the same `Mixture` (its `logsumexp`
-    is each head's, as there; `entropy` is of the weights, which are 0 outside the lists);
-    `log_prior` (N,) or (B, N), the books' log ρ above (None: uniform)."""
+    is each head's, its weights and `entropy` the mixture's, as there), ordered by f (its
+    `order`); `log_prior` (N,) or (B, N), the books' log ρ above (None: uniform)."""
     check_heads(scales, size, scored, pi)
     B, H = pi.shape
     Hd = len(scales)
@@ -81,27 +88,27 @@ def fuse_ranks(
         top_s, lse_s = scored_top(scored, k=kk, mask=mask)
         top, lse = top + top_s, torch.cat([lse, lse_s], dim=1)
     cand = union(top)  # (B, C)
-    if Hd:
+    ent = None
+    if entropy:  # one pass over the rows: the candidates' scores, and the weights' entropy
+        scores, ent = cast(tuple[Tensor, Tensor], (yield SweepAsk(pi, lse, cand, scored)))
+        ent = ent.clamp_min(0.0)  # −ε is rounding of a weight ≈ 1 (models/mixture.py)
+    elif Hd:
         scores = cast(Tensor, (yield ScoresAsk(cand)))
     else:
         scores = torch.empty(B, cand.shape[1], 0, dtype=torch.float64)
     scores = with_scored(scores, scored, cand)  # (B, C, H)
     exact_in_lists(scores, cand, top[:Hd])
-    c = reciprocal_ranks(cand, top, k0)  # (B, C, H)
-    raw = c * pi[:, None, :]  # (B, C, H)
+    scale = [*scales, *(h.scale for h in scored)]
+    probs = candidate_logp(scale, scores, cand, lse, mask).exp()  # (B, C, H) exact p_h
+    shares = probs * pi[:, None, :]  # (B, C, H): π_h p_h, summing to the weight
+    w = torch.where(cand >= 0, shares.sum(-1), -1.0)  # (B, C) Σ_h π_h p_h
+    fused = (reciprocal_ranks(cand, top, k0) * pi[:, None, :]).sum(-1)  # (B, C)
     if log_prior is not None:
-        raw = raw * prior_at(log_prior, cand)[:, :, None]
-    total = raw.sum((1, 2), keepdim=True).clamp_min(1e-300)  # (B, 1, 1)
-    shares = raw / total
-    probs = c / c.sum(1, keepdim=True).clamp_min(1e-300)  # each head's own distribution
-    w = torch.where(cand >= 0, shares.sum(-1), -1.0)  # (B, C)
-    pos = top_by_row(w, min(k, w.shape[1]))  # (B, k)
-    best_w = w.gather(1, pos)
-    found = best_w > 0
-    ent = None
-    if entropy:
-        live = w.clamp_min(0)
-        ent = -torch.where(live > 0, live * live.clamp_min(1e-300).log(), 0.0).sum(-1)
+        fused = fused * prior_at(log_prior, cand)
+    fused = fused / fused.sum(1, keepdim=True).clamp_min(1e-300)
+    fused = torch.where(cand >= 0, fused, -1.0)
+    pos = top_by_row(fused, min(k, fused.shape[1]))  # (B, k)
+    found = fused.gather(1, pos) > 0
     if mask is None:
         matched = torch.full((B,), size, dtype=torch.long)
     else:
@@ -109,7 +116,7 @@ def fuse_ranks(
     sel = pos[:, :, None].expand(-1, -1, H)
     return Mixture(
         indices=torch.where(found, cand.gather(1, pos), -1),
-        weights=torch.where(found, best_w, 0.0),
+        weights=torch.where(found, w.gather(1, pos), 0.0),
         shares=torch.where(found[:, :, None], shares.gather(1, sel), 0.0),
         probs=torch.where(found[:, :, None], probs.gather(1, sel), 0.0),
         scores=torch.where(found[:, :, None], scores.gather(1, sel), -torch.inf).float(),
@@ -117,6 +124,8 @@ def fuse_ranks(
         matched=matched,
         entropy=ent,
         rounds=1,
+        order=torch.where(found, fused.gather(1, pos), 0.0),
+        top_weight=w.amax(1).clamp_min(0.0),
     )
 
 

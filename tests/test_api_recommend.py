@@ -242,7 +242,8 @@ def test_a_book_with_no_word_in_another_gets_no_lexical_part(series: TestClient)
     assert not body["heads"]["lexical"]["abstained"]  # "tortoise", "god": in Tortoise Tales
     lonely = series.get("/books/omens/similar", params={"heads": "title:1,lexical:1"}).json()
     # "angel", "demon", "avert", "apocalypse": in no other book; "Pratchett" is not in its text
-    assert lonely["heads"]["lexical"] == {"weight": 0.0, "scale": 0.9, "abstained": True}
+    scale = ServiceSettings().similar.scales["lexical"]
+    assert lonely["heads"]["lexical"] == {"weight": 0.0, "scale": scale, "abstained": True}
     assert lonely["heads"]["title"]["weight"] == 1.0
 
 

@@ -1,6 +1,8 @@
 """The rank fusion of heads (`fuse_ranks`, its asks answered by `run_mixture` as similar books
-run it) against a brute-force weighted reciprocal-rank fusion over each head's full (B, N)
-ranking, and what it is for: one peaked head does not decide."""
+run it) against brute force over each head's full (B, N) ranking: its order the weighted
+reciprocal-rank fusion, its weights the mixture of the heads' exact softmaxes; and what each is
+for: one peaked head does not decide the order, and the weights tell a near-duplicate from a
+weak match."""
 
 from __future__ import annotations
 
@@ -61,6 +63,17 @@ def _brute(logits: list[torch.Tensor], pi: torch.Tensor, depth: int, mask: torch
     return w / w.sum(-1, keepdim=True)
 
 
+def _brute_mixture(
+    logits: list[torch.Tensor], pi: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """(B, N) Σ_h π_h softmax_h over the unmasked books, logits already scaled."""
+    w = torch.zeros(logits[0].shape, dtype=torch.float64)
+    for h, head in enumerate(logits):
+        z = head.double() if mask is None else head.double().masked_fill(~mask, -math.inf)
+        w += pi[:, h : h + 1] * z.softmax(-1)
+    return w
+
+
 @pytest.mark.parametrize("use_mask", [False, True])
 def test_the_fused_top_k_is_the_brute_force_rrf(use_mask: bool) -> None:
     B, N, d, k, depth = 3, 400, 16, 12, 50
@@ -75,9 +88,16 @@ def test_the_fused_top_k_is_the_brute_force_rrf(use_mask: bool) -> None:
     want = _brute([q1 @ K1.T, q2 @ K2.T, bm25], pi, depth, mask)
     top = want.topk(k, dim=-1)
     assert torch.equal(mix.indices, top.indices)
-    torch.testing.assert_close(mix.weights, top.values, rtol=1e-9, atol=1e-12)
+    assert mix.order is not None and mix.top_weight is not None and mix.entropy is not None
+    torch.testing.assert_close(mix.order, top.values, rtol=1e-9, atol=1e-12)
+    # the weights: each head's exact softmax over the whole catalog, mixed by π
+    w = _brute_mixture([20.0 * q1 @ K1.T, 25.0 * q2 @ K2.T, bm25], pi, mask)
+    torch.testing.assert_close(mix.weights, w.gather(1, top.indices), rtol=1e-5, atol=1e-12)
     torch.testing.assert_close(mix.shares.sum(-1), mix.weights, rtol=1e-12, atol=1e-15)
-    assert mix.entropy is not None and bool((mix.entropy > 0).all())
+    listed = want > 0  # the books some head lists: the heaviest is among them
+    torch.testing.assert_close(mix.top_weight, w.where(listed, 0.0).amax(-1), rtol=1e-5, atol=0.0)
+    entropy = -(w * w.clamp_min(1e-300).log()).sum(-1)
+    torch.testing.assert_close(mix.entropy, entropy, rtol=1e-5, atol=1e-9)
 
 
 def test_a_prior_weighs_each_books_fused_evidence() -> None:
@@ -98,12 +118,16 @@ def test_a_prior_weighs_each_books_fused_evidence() -> None:
     top = want.topk(k, dim=-1)
     assert torch.equal(mix.indices, top.indices)
     assert not torch.equal(mix.indices, rrf.topk(k, dim=-1).indices)  # the prior reorders
-    torch.testing.assert_close(mix.weights, top.values, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(mix.shares.sum(-1), mix.weights, rtol=1e-12, atol=1e-15)
+    assert mix.order is not None
+    torch.testing.assert_close(mix.order, top.values, rtol=1e-9, atol=1e-12)
+    # the weights are the heads' attention, which the prior does not enter
+    w = _brute_mixture([20.0 * q1 @ K1.T, 25.0 * q2 @ K2.T], pi, None)
+    torch.testing.assert_close(mix.weights, w.gather(1, top.indices), rtol=1e-5, atol=1e-12)
     flat = _fuse(dense, [], pi, k=k, depth=depth, log_prior=torch.full((N,), 7.0))
     plain = _fuse(dense, [], pi, k=k, depth=depth)
     assert torch.equal(flat.indices, plain.indices)
-    torch.testing.assert_close(flat.weights, plain.weights, rtol=1e-12, atol=1e-15)
+    assert flat.order is not None and plain.order is not None
+    torch.testing.assert_close(flat.order, plain.order, rtol=1e-12, atol=1e-15)
 
 
 def test_one_peaked_head_does_not_decide() -> None:
@@ -127,5 +151,28 @@ def test_one_peaked_head_does_not_decide() -> None:
     local = LocalDenseHeads(dense, size=N, mask=mask)
     fused = run_mixture(local, fuse_ranks(local.scales, N, [], pi, k=N, mask=mask))
     assert int(mixed.indices[0, 0]) == 1  # the sharper softmax decides, whatever its π
-    weight = dict(zip(fused.indices[0].tolist(), fused.weights[0].tolist(), strict=True))
-    assert weight[2] > weight[1]  # the look-alike title is one head's opinion, at its π
+    place = {int(i): n for n, i in enumerate(fused.indices[0].tolist())}
+    assert place[2] < place[1]  # the look-alike title is one head's opinion, at its π
+
+
+def test_the_weights_tell_a_near_duplicate_from_a_weak_match() -> None:
+    """Two queries whose first book is first in every head: one has a near-duplicate (cosine
+    0.98 in both heads), the other only a weak match (0.35, the rest near 0). By rank they are
+    the same (1 / 61 each); by weight the near-duplicate takes most of the attention and the
+    weak match little of it, and the entropy says which list is flat."""
+    N, d = 500, 64
+    g = torch.Generator().manual_seed(21)
+    keys = torch.nn.functional.normalize(torch.randn(N, d, generator=g), dim=-1)
+    q = torch.nn.functional.normalize(torch.randn(2, d, generator=g), dim=-1)
+    for b, cos in enumerate((0.98, 0.35)):
+        v = torch.nn.functional.normalize(keys[b] - (keys[b] @ q[b]) * q[b], dim=0)
+        keys[b] = cos * q[b] + math.sqrt(1 - cos * cos) * v  # book b: cosine `cos` with query b
+    dense = [DenseHead(q, keys, 19.0), DenseHead(q, keys, 25.0)]
+    pi = torch.tensor([[0.5, 0.5], [0.5, 0.5]], dtype=torch.float64)
+    mix = _fuse(dense, [], pi, k=5, depth=50)
+    assert mix.indices[:, 0].tolist() == [0, 1]
+    assert mix.order is not None and mix.entropy is not None
+    torch.testing.assert_close(mix.order[0], mix.order[1])  # ranks alone: the same
+    near, weak = float(mix.weights[0, 0]), float(mix.weights[1, 0])
+    assert near > 0.99 and weak < 0.2
+    assert float(mix.entropy[0]) < float(mix.entropy[1])

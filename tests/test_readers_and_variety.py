@@ -122,14 +122,16 @@ def test_of_two_close_books_the_one_more_people_read_comes_first(
     readers: TestClient, plain: TestClient
 ) -> None:
     """Without the prior the closer, little-read book is first; with it, the book rated by
-    60,000 readers is. The weights shown are the ranking's own, in its order."""
+    60,000 readers is. The weights shown are the heads' attention, which the prior does not
+    enter: the closer book still weighs more, and `relevance_rank` says so."""
     without = _ids(_similar(plain, "keeper"))
     assert without.index("lamp-log") < without.index("island-light"), without
     results = _similar(readers, "keeper")
     ids = _ids(results)
     assert ids.index("island-light") < ids.index("lamp-log"), ids
-    weights = {h["id"]: h["weight"] for h in results}
-    assert weights["island-light"] > weights["lamp-log"], weights
+    hits = {h["id"]: h for h in results}
+    assert hits["island-light"]["weight"] < hits["lamp-log"]["weight"], hits
+    assert hits["island-light"]["relevance_rank"] > hits["lamp-log"]["relevance_rank"], hits
 
 
 def test_near_copies_do_not_take_every_slot(default: TestClient, plain: TestClient) -> None:

@@ -91,7 +91,7 @@ def test_head_scales_reach_the_search_and_similar(
     assert settings.similar.scales == {
         "title": 19.0,
         "description": 25.0,
-        "lexical": 0.9,
+        "lexical": 0.55,
         "author": 5.0,
         "series": 2.0,
         "subjects": 10.0,

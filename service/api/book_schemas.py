@@ -164,11 +164,20 @@ class RecommendRequest(_WithHeads):
 
 
 class BookHit(BookFieldsOut):
-    rank: int
+    rank: int = Field(
+        description="Place in the list. The list is ordered by the heads' ranks fused "
+        "(ATTEND_SIMILAR_FUSION=rank, the default: Σ_h π_h / (60 + rank_h) over each head's top "
+        "1,000), one slot per work, then for variety where ATTEND_SIMILAR_DIVERSITY asks; "
+        "`relevance_rank` is the place by weight alone."
+    )
     weight: float = Field(
-        description="Attention weight; over every candidate they sum to 1. Fused by rank by "
-        "default (ATTEND_SIMILAR_FUSION): Σ_h π_h / (60 + rank_h), normalised, over each "
-        "head's top 1,000."
+        description="Attention weight: Σ_h π_h p_h, each p_h the head's exact softmax over "
+        "the whole catalog (less the asked books), so the weights of every candidate sum to 1 "
+        "and a near-duplicate weighs far above a weak match."
+    )
+    relevance_rank: int = Field(
+        description="Where `weight` alone places this result among the results (1: the "
+        "heaviest; equal weights share a place)."
     )
     editions: list[Edition] = Field(default_factory=list, description=EDITIONS_TEXT)
 
@@ -176,9 +185,31 @@ class BookHit(BookFieldsOut):
 class SimilarHit(BookHit):
     score: float = Field(description="Cosine of this book's description key with the given book's.")
     heads: dict[str, HeadShare] = Field(
-        description="Per head with a weight: its score, the book's weight in that head alone, "
-        "and its share of `weight` (the shares sum to `weight`)."
+        description="Per head with a weight: its score, the book's probability in that head's "
+        "softmax alone, and its share of `weight` (the shares sum to `weight`)."
     )
+
+
+# How strongly the best candidate matches: what a search's response says of its query.
+Entropy = Annotated[
+    float | None,
+    Field(
+        description="Entropy (nats) of the weights over all `matched` books: 0 when one book "
+        "takes all the weight, ln(matched) when it is uniform; null when no head answered."
+    ),
+]
+MatchStrength = Annotated[
+    float,
+    Field(
+        description="log(top weight · matched) / log(matched) of the heaviest candidate: 0 when "
+        "it weighs no more than under a uniform distribution (1/matched), 1 when it has all "
+        "the weight."
+    ),
+]
+NoStrongMatch = Annotated[
+    bool,
+    Field(description="match_strength < 0.55: nothing in the catalog stands out as like it."),
+]
 
 
 # a title in a response of ranked books: its first MAX_SHOWN_TITLE_CHARS characters at most
@@ -193,6 +224,9 @@ class SimilarResponse(BaseModel):
         description="The heads mixed, with their weights π and scales (a lexical head whose "
         "query has no term in another book abstains)."
     )
+    entropy: Entropy
+    match_strength: MatchStrength
+    no_strong_match: NoStrongMatch
     matched: int = Field(
         description="Candidates: the catalog less the book itself (and its other editions)."
     )
@@ -231,6 +265,9 @@ class RecommendResponse(BaseModel):
         description="The heads mixed for every liked book, with their weights π (each liked "
         "book's heads weigh π_h / |liked|) and scales."
     )
+    entropy: Entropy
+    match_strength: MatchStrength
+    no_strong_match: NoStrongMatch
     matched: int = Field(
         description="Candidates: the catalog less the liked and disliked books (and their other "
         "editions)."

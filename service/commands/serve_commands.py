@@ -16,7 +16,7 @@ from service.commands.command_database import no_lock_file_left, open_index, ove
 from service.commands.index_commands import cmd_index
 
 logger = logging.getLogger("attend")
-NO_STRONG_MATCH_BELOW = 0.55  # the engine's (service/engine/searcher.py), not imported: torch
+NO_STRONG_MATCH_BELOW = 0.55  # the engine's (service/engine/mixing.py), not imported: torch
 
 
 SERVE_OPTIONS = (

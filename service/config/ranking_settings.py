@@ -54,10 +54,13 @@ class RankingSettings(BaseSettings):
         "description head).",
     )
     similar_head_scales: str = Field(
-        "title:19,description:25,lexical:0.9,author:5,series:2,subjects:10",
-        description="Each head's softmax scale with a book as the query: its p_h in a response, "
-        "and the ranking itself under ATTEND_SIMILAR_FUSION=mixture (rank fusion uses only "
-        "each head's order).",
+        "title:19,description:25,lexical:0.55,author:5,series:2,subjects:10",
+        description="Each head's softmax scale with a book as the query: its p_h, and so the "
+        "weights a response shows, and the order too under ATTEND_SIMILAR_FUSION=mixture (rank "
+        "fusion orders by each head's ranks). The lexical head's gives it about the "
+        "description head's mean entropy over the catalog's books as queries "
+        "(`python -m benchmarks.similar_weights`): a book's whole text as a BM25 query is "
+        "sharper than a typed query's few words.",
     )
     similar_fusion: Fusion = Field(
         "rank",

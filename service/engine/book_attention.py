@@ -101,6 +101,7 @@ def rank_by_books(
         k=k,
         filters=[filters],
         mask=mask,
+        entropy=True,
         fusion=heads.fusion,
         log_prior=None if readers is None else heads.readers * readers,
     )

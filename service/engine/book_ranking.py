@@ -45,13 +45,14 @@ from __future__ import annotations
 import torch
 
 from models.diversity import mmr_order
+from models.mixture import Mixture
 from service.config.head_weights import (
     BookHeads,
 )
 from service.engine.book_attention import TASTE, rank_by_books
 from service.engine.book_works import AuthorKey, own_authors_of, pick_slots
 from service.engine.exceptions import BookNotFoundError
-from service.engine.mixing import hit_parts
+from service.engine.mixing import NO_STRONG_MATCH_BELOW, hit_parts, match_strength
 from service.engine.query_ranking import description_scores
 from service.engine.results import (
     Because,
@@ -109,12 +110,36 @@ def diverse_slots(
     return [(order[r], [order[e] for e in below]) for r, below in slots], held
 
 
+def ordered_by(mix: Mixture) -> list[float]:
+    """The value that ordered the hits (the rank fusion's, else the weights): the relevance the
+    diversity step trades against likeness."""
+    return (mix.order if mix.order is not None else mix.weights)[0].tolist()
+
+
 def asked_for(index: ServedIndex, k: int, liked: list[int]) -> int:
     """How many hits to rank for k works: room for the works' other editions below them, and
     for every book by the liked books' principal authors, which a recommendation may hold
     back."""
     own = {m for r in liked for m in index.names.author_mates(r)}
     return min(len(index), 2 * k + 10 + len(own))
+
+
+def strength(mix: Mixture, answered: bool) -> tuple[float | None, float, bool]:
+    """The weights' entropy over the matched books, the match strength of the heaviest book
+    (the rank fusion's `top_weight`, which need not be its first), and whether that is no
+    strong match; a ranking no head answered has none."""
+    if not answered:
+        return None, 0.0, True
+    top = mix.top_weight if mix.top_weight is not None else mix.weights[:, 0]
+    s = match_strength(float(top[0]), int(mix.matched[0]))
+    entropy = None if mix.entropy is None else float(mix.entropy[0])
+    return entropy, s, s < NO_STRONG_MATCH_BELOW
+
+
+def relevance_ranks(weights: list[float]) -> list[int]:
+    """Each result's place by its weight alone among the results (1: the heaviest; equal
+    weights share a place)."""
+    return [1 + sum(v > w for v in weights) for w in weights]
 
 
 def similar(index: ServedIndex, book_id: str, *, k: int, heads: BookHeads) -> SimilarBooks:
@@ -131,7 +156,8 @@ def similar(index: ServedIndex, book_id: str, *, k: int, heads: BookHeads) -> Si
     (hits,) = hit_parts(mix, [h for _, h in att.parts], [att.weights])
     weights = mix.weights[0].tolist()
     ranked = [i for i, _ in hits] if att.answered else []  # else: every asked head abstained
-    slots, _ = diverse_slots(index, ranked, weights, k, lam=heads.diversity)
+    slots, _ = diverse_slots(index, ranked, ordered_by(mix), k, lam=heads.diversity)
+    places = relevance_ranks([weights[r] for r, _ in slots])
     results = [
         RankedBook(
             n + 1,
@@ -140,14 +166,19 @@ def similar(index: ServedIndex, book_id: str, *, k: int, heads: BookHeads) -> Si
             weights[r],
             hits[r][1],
             index.named_books([hits[e][0] for e in below]),
+            relevance_rank=places[n],
         )
         for n, (r, below) in enumerate(slots)
     ]
+    entropy, s, weak = strength(mix, att.answered)
     return SimilarBooks(
         id=book_id,
         title=index.books.titles[row],
         scale=heads.scales[RANK_FIELD],
         heads=HeadsUsed(att.weights, att.abstained, heads.scales),
+        entropy=entropy,
+        match_strength=s,
+        no_strong_match=weak,
         matched=int(mix.matched[0]),
         results=results,
     )
@@ -175,12 +206,13 @@ def recommend(
     slots, held = diverse_slots(
         index,
         ranked,
-        mix.weights[0].tolist(),
+        ordered_by(mix),
         k,
         lam=heads.diversity,
         own=own,
         own_limit=own_authors,
     )
+    places = relevance_ranks([float(mix.weights[0, r]) for r, _ in slots])
     results = []
     for n, (r, below) in enumerate(slots):
         w = float(mix.weights[0, r])
@@ -200,12 +232,16 @@ def recommend(
         )
         book = index.books.row(ranked[r])
         editions = index.named_books([ranked[e] for e in below])
-        results.append(Recommended(n + 1, book, w, because, editions))
+        results.append(Recommended(n + 1, book, w, because, editions, places[n]))
+    entropy, s, weak = strength(mix, att.answered)
     return Recommendations(
         liked=[NamedBook(ids[r], titles[r]) for r in liked_rows],
         disliked=[NamedBook(ids[r], titles[r]) for r in disliked_rows],
         scale=heads.scales[RANK_FIELD],
         heads=HeadsUsed(att.weights, att.abstained, heads.scales),
+        entropy=entropy,
+        match_strength=s,
+        no_strong_match=weak,
         matched=int(mix.matched[0]),
         results=results,
         own_authors=own_authors,

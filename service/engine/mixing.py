@@ -27,6 +27,23 @@ from models.mixture import Mixture
 from service.config.head_weights import HEADS, LEXICAL, SCORED_HEADS
 from service.engine.results import HeadPart
 
+# "No strong match": match strength (see `match_strength`) under this. A search is also flagged
+# when no word of the query is in any book. Re-checked on benchmarks/relevance.py under the
+# default heads: of 221 labelled and subject queries, one is under 0.55 (0.54) and one has no
+# word in the catalog ("regicide"); of its six nonsense queries, one is under 0.55 and five have
+# no word in the catalog. The strength alone does not separate them (nonsense reaches 0.71: a
+# sentence embedding always finds a nearest book), the vocabulary does.
+NO_STRONG_MATCH_BELOW = 0.55
+
+
+def match_strength(top_weight: float, matched: int) -> float:
+    """log(top_weight · matched) / log(matched), in [0, 1]: 0 when the top book weighs what a
+    uniform distribution gives every book (1/matched), 1 when it has all the weight. On a log
+    scale, so one threshold means the same on 180 books and on 5 million."""
+    if matched <= 1:
+        return 1.0 if matched == 1 else 0.0
+    return max(0.0, math.log(max(top_weight * matched, 1e-300)) / math.log(matched))
+
 
 @dataclass(frozen=True)
 class Mixed:

@@ -48,6 +48,9 @@ class RankedBook:
     weight: float  # the fused weight: Σ_h π_h p_h (a mixture), or its rank fusion's
     heads: dict[str, HeadPart]
     editions: tuple[NamedBook, ...] = ()  # the work's other editions the ranking found below it
+    # a similar book's place by weight alone among the results (1: the heaviest), where the
+    # order is the rank fusion's (None: a search, whose order is its weights')
+    relevance_rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,9 @@ class SimilarBooks:
     title: str
     scale: float
     heads: HeadsUsed
+    entropy: float | None
+    match_strength: float
+    no_strong_match: bool
     matched: int
     results: list[RankedBook]
 
@@ -113,6 +119,7 @@ class Recommended:
     weight: float
     because: list[Because]  # largest share first
     editions: tuple[NamedBook, ...] = ()  # the work's other editions the ranking found below it
+    relevance_rank: int | None = None  # as `RankedBook`'s
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,9 @@ class Recommendations:
     disliked: list[NamedBook]
     scale: float
     heads: HeadsUsed
+    entropy: float | None
+    match_strength: float
+    no_strong_match: bool
     matched: int
     results: list[Recommended]
     own_authors: int  # at most this many results by a liked book's principal author

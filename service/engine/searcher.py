@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import threading
 import time
 from collections import Counter, OrderedDict, deque
@@ -24,6 +23,7 @@ import torch
 from models.encoder import Encoder
 from service.engine.batching import Slice, WaitingLine
 from service.engine.exceptions import IndexEmptyError
+from service.engine.mixing import NO_STRONG_MATCH_BELOW, match_strength
 from service.engine.query_ranking import Ranking, rank_queries
 from service.engine.results import AuthorNamed, HeadsUsed, RankedBook, SearchResult
 from service.engine.served_index import RANK_FIELD, ServedIndex
@@ -31,23 +31,6 @@ from service.engine.tickets import Call, SearchOptions, Ticket
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-# "No strong match": match strength (see `match_strength`) under this, or no word of the query in
-# any book. Re-checked on benchmarks/relevance.py under the default heads: of 221 labelled and
-# subject queries, one is under 0.55 (0.54) and one has no word in the catalog ("regicide"); of
-# its six nonsense queries, one is under 0.55 and five have no word in the catalog. The strength
-# alone does not separate them (nonsense reaches 0.71: a sentence embedding always finds a
-# nearest book), the vocabulary does.
-NO_STRONG_MATCH_BELOW = 0.55
-
-
-def match_strength(top_weight: float, matched: int) -> float:
-    """log(top_weight · matched) / log(matched), in [0, 1]: 0 when the top book weighs what a
-    uniform distribution gives every book (1/matched), 1 when it has all the weight. On a log
-    scale, so one threshold means the same on 180 books and on 5 million."""
-    if matched <= 1:
-        return 1.0 if matched == 1 else 0.0
-    return max(0.0, math.log(max(top_weight * matched, 1e-300)) / math.log(matched))
 
 
 class QueryCache:

@@ -174,6 +174,7 @@ async function openBook(hit) {
   $("detail-authors").textContent = hit.authors.join(", ");
   $("explanation").replaceChildren(el("p", { class: "muted", text: "Reading the book’s words…" }));
   $("similar").replaceChildren();
+  $("similar-flag")?.remove();
   const id = bookPath(hit.id);
   const [exp, sim] = await Promise.allSettled([
     api(`${id}/explain?q=${encodeURIComponent(lastQuery)}`),
@@ -184,6 +185,10 @@ async function openBook(hit) {
   if (sim.status === "fulfilled") {
     $("similar").replaceChildren(...sim.value.results.map((s) =>
       el("li", {}, `${s.title} `, el("span", { class: "because", text: pct(s.weight) }))));
+    if (sim.value.no_strong_match) {
+      $("similar").after(el("p", { class: "flag", id: "similar-flag",
+        text: "No strong match: nothing in the catalog is much like this book." }));
+    }
   }
 }
 
