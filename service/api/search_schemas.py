@@ -227,11 +227,20 @@ class SearchHit(BookFieldsOut):
         description="The book's attention weight: Σ_h π_h · p_h, the mixture of the heads' "
         "softmax distributions over all `matched` books. Weights of all matched books sum to 1."
     )
+    relevance_rank: int = Field(
+        description="1-based place by `weight` alone (offset included): `rank` for a typed "
+        "search, whose order is its weights'; a `like` query's order is its similar books'."
+    )
     heads: dict[str, HeadShare] = Field(
         description="Per head with a weight: its score, the book's weight in that head alone, "
         "and its share of `weight` (the shares sum to `weight`)."
     )
     editions: list[Edition] = Field(default_factory=list, description=EDITIONS_TEXT)
+
+
+class LikeOut(BaseModel):
+    id: str
+    title: Annotated[str, AfterValidator(shown_title)]
 
 
 class AuthorNamedOut(BaseModel):
@@ -281,6 +290,13 @@ class SearchResponse(BaseModel):
         description="The author the query names, recognised against the catalog's own author "
         "index (a whole name, a surname the catalog uses as a name, a word one letter off); "
         "null when it names none.",
+    )
+    like: LikeOut | None = Field(
+        None,
+        description='The book a query such as "books like Dune" or "similar to the hobbit" '
+        "names, found by its title: the results are its similar books (`GET "
+        "/books/{id}/similar`: a book query's heads and scales, the query's filters and page). "
+        "null when the query names no title of the catalog so: it is searched as typed.",
     )
     results: list[SearchHit]
 

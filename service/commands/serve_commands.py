@@ -201,6 +201,8 @@ def table(response: dict[str, Any]) -> str:
         f"{response['query']!r}: {response['matched']} of {response['catalog_size']} books "
         f"matched; heads {heads}; match strength {response['match_strength']:.2f}",
     ]
+    if (like := response.get("like")) is not None:
+        lines.append(f"books like {like['title']!r} ({like['id']}): its similar books")
     if response["no_strong_match"]:
         # the flag has two causes (service/api/search_schemas.py); a strength of 1.00 above
         # it (one book matched, or one far ahead) made "under 0.55" a contradiction (issue 33)

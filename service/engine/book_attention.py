@@ -4,7 +4,7 @@ gives the math)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -47,16 +47,26 @@ class BooksAttention:
 
 
 def rank_by_books(
-    index: ServedIndex, liked: list[int], disliked: list[int], *, k: int, heads: BookHeads
+    index: ServedIndex,
+    liked: list[int],
+    disliked: list[int],
+    *,
+    k: int,
+    heads: BookHeads,
+    filters: Filters | None = None,
 ) -> BooksAttention:
-    """The exact top k of the mixture above, for catalog rows `liked` and `disliked`."""
+    """The exact top k of the mixture above, for catalog rows `liked` and `disliked`, over the
+    books `filters` keeps (None: all)."""
     asked = heads.weights
     names = [h for h in HEADS if asked.get(h, 0) > 0]
     L = len(liked)
     # the catalog less L and D, and less their other editions: the same books
     named = [*liked, *disliked]
     gone = [e for r in named for e in index.names.works.editions(r)]
-    filters = Filters(exclude=frozenset(index.books.ids[r] for r in named + gone))
+    base = filters or Filters()
+    filters = replace(
+        base, exclude=base.exclude | frozenset(index.books.ids[r] for r in named + gone)
+    )
     mask = index.filters.batch_mask([filters])  # (N,)
     fields = [h for h in names if h not in SCORED_HEADS]
     restricted = {AUTHOR, SERIES, SUBJECTS} & set(names)  # they attend by description key

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import torch
 
+from indexer.filters import Filters
 from models.diversity import mmr_order
 from models.mixture import Mixture
 from service.config.head_weights import (
@@ -142,11 +143,18 @@ def relevance_ranks(weights: list[float]) -> list[int]:
     return [1 + sum(v > w for v in weights) for w in weights]
 
 
-def similar(index: ServedIndex, book_id: str, *, k: int, heads: BookHeads) -> SimilarBooks:
+def similar(
+    index: ServedIndex,
+    book_id: str,
+    *,
+    k: int,
+    heads: BookHeads,
+    filters: Filters | None = None,
+) -> SimilarBooks:
     """The k works most like the book, one slot each (its best edition; the others listed
-    under it), the book's own editions left out."""
+    under it), the book's own editions left out, and the books `filters` leaves out."""
     (row,) = rows_of(index, [book_id])
-    att = rank_by_books(index, [row], [], k=asked_for(index, k, []), heads=heads)
+    att = rank_by_books(index, [row], [], k=asked_for(index, k, []), heads=heads, filters=filters)
     mix = att.mix
     if (0, RANK_FIELD) in att.parts:
         desc = mix.scores[0, :, att.parts.index((0, RANK_FIELD))].tolist()

@@ -69,6 +69,11 @@ def series_keys(title: str) -> tuple[str, ...]:
     return tuple(keys)
 
 
+def title_words(title: str) -> list[str]:
+    """A title's folded words, its closing parenthetical ("(Discworld #4)") dropped."""
+    return fold(_CLOSING.sub("", title) or title)
+
+
 def work_keys(title: str, description: str | None, by: AuthorKey | None) -> tuple[int, int]:
     """The keys of a book's work: its folded title (its closing parenthetical dropped) and its
     folded description (MIN_SHARED_DESCRIPTION characters or more), each with its first author
@@ -78,7 +83,7 @@ def work_keys(title: str, description: str | None, by: AuthorKey | None) -> tupl
     if not by:
         return 0, 0
     name = " ".join(by)
-    title_key = _digest("title", " ".join(fold(_CLOSING.sub("", title) or title)), name)
+    title_key = _digest("title", " ".join(title_words(title)), name)
     text = description or ""
     long = len(text) >= MIN_SHARED_DESCRIPTION
     return title_key, _digest("description", " ".join(fold(text)), name) if long else 0

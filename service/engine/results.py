@@ -78,6 +78,7 @@ class SearchResult:
     generation: int | None
     results: list[RankedBook]
     author: AuthorNamed | None = None
+    like: NamedBook | None = None  # the book a "books like X" query names: its similar books
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,15 @@ import logging
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TypeVar
 
 import torch
 
 from models.encoder import Encoder
+from service.config.head_weights import BookHeads
 from service.engine.batching import Slice, WaitingLine
+from service.engine.books_like import books_named, like_result
 from service.engine.exceptions import IndexEmptyError
 from service.engine.mixing import NO_STRONG_MATCH_BELOW, match_strength
 from service.engine.query_ranking import Ranking, rank_queries
@@ -73,6 +75,7 @@ class Searcher:
         max_batch: int,
         cache_size: int,
         batch_budget_ms: float,
+        similar: BookHeads | None = None,
     ):
         """Every value from the service's settings (service/engine/startup.py), which are the
         one place their defaults are declared."""
@@ -80,6 +83,7 @@ class Searcher:
         self.index = index
         self.scales = dict(scales)  # every head's softmax scale
         self.heads = heads  # a search's default π
+        self.similar = similar  # a book query's heads, for "books like X" (None: not read)
         self.line = WaitingLine(
             max_batch=max_batch, window_s=window_ms / 1000, batch_budget_s=batch_budget_ms / 1000
         )
@@ -200,27 +204,34 @@ class Searcher:
             raise IndexEmptyError()
         texts = [text for ticket in tickets for text in ticket.queries]
         logger.debug("batch of %d queries: %r", len(texts), texts)
-        q = self._encode(texts, between)  # (B, d)
-        filters = [s.ticket.options.filters for s in tickets for _ in s.queries]
-        heads = [s.ticket.options.heads or self.heads for s in tickets for _ in s.queries]
-        k = max(s.ticket.options.offset + s.ticket.options.k for s in tickets)
-        rankings = iter(
-            rank_queries(
-                index,
-                q,
-                texts,
-                k=k,
-                heads=heads,
-                scales=self.scales,
-                filters=filters,
+        options = [s.ticket.options for s in tickets for _ in s.queries]
+        like: list[int | None] = [None] * len(texts)
+        if self.similar is not None:  # "books like X": X's similar books answer it
+            like = books_named(index, texts, lambda xs: self.cache.encode(self.encoder, xs))
+        typed = [i for i, row in enumerate(like) if row is None]
+        rankings: Iterator[Ranking] = iter(())
+        if typed:
+            rankings = iter(
+                rank_queries(
+                    index,
+                    self._encode([texts[i] for i in typed], between),  # (B, d)
+                    [texts[i] for i in typed],
+                    k=max(options[i].offset + options[i].k for i in typed),
+                    heads=[options[i].heads or self.heads for i in typed],
+                    scales=self.scales,
+                    filters=[options[i].filters for i in typed],
+                )
             )
-        )
         self.batch_sizes.append(len(texts))
         self.batch_counts[len(texts)] += 1
-        return [
-            [self._result(index, t, s.ticket.options, next(rankings)) for t in s.queries]
-            for s in tickets
-        ]
+        answers = []
+        for text, option, row in zip(texts, options, like, strict=True):
+            if row is None or self.similar is None:
+                answers.append(self._result(index, text, option, next(rankings)))
+            else:
+                answers.append(like_result(index, text, option, row, self.similar))
+        each = iter(answers)
+        return [[next(each) for _ in s.queries] for s in tickets]
 
     def _encode(self, texts: list[str], between: Callable[[], None] | None) -> torch.Tensor:
         """(B, d). With `between`, in encoder calls of `line.encode_chunk()` queries, calling
@@ -264,6 +275,7 @@ class Searcher:
                     hit.weight,
                     hit.heads,
                     index.named_books(hit.editions),
+                    relevance_rank=options.offset + i + 1,  # the order is the weights'
                 )
                 for i, hit in enumerate(page)
             ],

@@ -282,6 +282,7 @@ def searcher_of(settings: ServiceSettings, encoder: Encoder, index: ServedIndex)
         max_batch=settings.max_batch,
         cache_size=settings.query_cache_size,
         batch_budget_ms=settings.batch_budget_ms,
+        similar=settings.similar,
     )
 
 

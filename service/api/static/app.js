@@ -120,10 +120,12 @@ async function search(q) {
     const flag = res.no_strong_match ?
       el("span", { class: "flag", text: " · no strong match: no book stands out, these are weak answers" }) : "";
     const entropy = res.entropy != null ? ` · entropy ${res.entropy.toFixed(2)} nats` : "";
+    const like = res.like ? `Books like ${res.like.title}: ` : "";
     $("summary").replaceChildren(
-      `Compared with ${res.matched} of ${res.catalog_size} books; the best ${res.results.length} shown`,
+      `${like}Compared with ${res.matched} of ${res.catalog_size} books; the best ${res.results.length} shown`,
       tech(` · ${res.matched} books in the softmax${entropy}`), flag);
-    const top = res.results.length ? res.results[0].weight : 1;
+    // a "books like X" answer is in its similar books' order, not its weights'
+    const top = res.results.length ? Math.max(...res.results.map((hit) => hit.weight)) : 1;
     $("results").replaceChildren(...res.results.map((hit) => resultItem(hit, top)));
   } catch (err) {
     $("summary").replaceChildren(el("span", { class: "error", text: err.message }));
