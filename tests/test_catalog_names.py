@@ -154,6 +154,8 @@ def test_a_name_misspelt_as_another_word_is_read_from_the_words_before_it(
         "terry pratchett and toni morrison",
         "books by toni morrison and terry pratchett",
         "pratchett & morrison",
+        "terry pratchett or toni morrison",
+        "morrison or pratchett novels",
     ],
 )
 def test_a_query_naming_two_authors_is_evidence_for_both(names: CatalogNames, query: str) -> None:
@@ -161,8 +163,14 @@ def test_a_query_naming_two_authors_is_evidence_for_both(names: CatalogNames, qu
     assert named is not None and named.intent == "by", query
     by = {a for r in named.rows for a in BOOKS[r][1]}
     assert {"Terry Pratchett", "Toni Morrison"} <= by, (query, named)
-    assert set(named.name.split(" and ")) == {"Terry Pratchett", "Toni Morrison"}
+    word = " or " if " or " in query else " and "
+    assert set(named.name.split(word)) == {"Terry Pratchett", "Toni Morrison"}
     assert not {"Jack London", "William Gibson"} & by
+
+
+def test_or_between_a_name_and_another_word_names_one_author(names: CatalogNames) -> None:
+    named = names.recognise("toni morrison or something else", words_of_catalog)
+    assert named is not None and named.name == "Toni Morrison"
 
 
 def test_a_foreword_writer_is_no_principal_author() -> None:

@@ -61,6 +61,7 @@ _ABOUT = frozenset(
 )
 _OF_A_LIFE = frozenset(["life", "lives", "portrait", "story", "death", "study", "studies", "times"])
 _ARTICLES = frozenset({"the", "a", "an"})  # "the french", "the ripper": a word, not a surname
+_JOINING = frozenset({"and", "or"})  # "weis and hickman", "king or koontz": both named
 FUZZY_MIN_LENGTH = 5  # shorter words are one edit away from too many others
 # the rows whose titles and descriptions hold each of some folded words (None: a word the
 # index does not keep, a stop word): service/engine/lexical.py LikeThisIndex.word_rows
@@ -285,15 +286,15 @@ class CatalogNames:
                     if others > 2 * len(rows):  # clearly more a subject than an author
                         return None
                 start, stop = i, i + n
-                # "margaret weis and tracy hickman": a second name joined by "and" (or "&",
-                # which folds away) is evidence for both
+                # "margaret weis and tracy hickman", "king or koontz": a second name joined by
+                # "and" (or "&", which folds away) or "or" is evidence for both
                 if other := self._joined(words, start, stop, joined="&" in query):
-                    (start, stop), more = other
+                    (start, stop), more, word = other
                     rows |= {r for key in more for r in self._author_rows[key]}
                     second = self._written(
                         max(sorted(more), key=lambda k: len(self._author_rows[k]))
                     )
-                    name = f"{second} and {name}" if start < i else f"{name} and {second}"
+                    name = f"{second} {word} {name}" if start < i else f"{name} {word} {second}"
                 intent = "about" if _asks_about(words[:start], words[stop:]) else "by"
                 return NamedAuthor(name, tuple(sorted(rows)), intent)
         return None
@@ -314,18 +315,20 @@ class CatalogNames:
 
     def _joined(
         self, words: Sequence[str], i: int, j: int, *, joined: bool
-    ) -> tuple[tuple[int, int], set[tuple[str, ...]]] | None:
-        """A second name right after words[i:j] and "and", or right before them (`joined`:
-        the query had a "&", which folds away, so the names stand side by side): the span of
-        both, and the second's keys."""
+    ) -> tuple[tuple[int, int], set[tuple[str, ...]], str] | None:
+        """A second name right after words[i:j] and "and" or "or", or right before them
+        (`joined`: the query had a "&", which folds away, so the names stand side by side): the
+        span of both, the second's keys, and the word that joins them."""
         gap = 0 if joined else 1
+        next_word = "and" if joined else (words[j] if j < len(words) else "")
+        last_word = "and" if joined else (words[i - 1] if i else "")
         for n in range(min(MAX_NAME_TOKENS, len(words)), 0, -1):
-            after = j + gap + n <= len(words) and (joined or words[j : j + 1] == ["and"])
+            after = j + gap + n <= len(words) and next_word in _JOINING
             if after and (keys := self._named(words, j + gap, n)):
-                return (i, j + gap + n), keys
-            before = i >= n + gap and (joined or words[i - 1 : i] == ["and"])
+                return (i, j + gap + n), keys, next_word
+            before = i >= n + gap and last_word in _JOINING
             if before and (keys := self._named(words, i - gap - n, n)):
-                return (i - gap - n, j), keys
+                return (i - gap - n, j), keys, last_word
         return None
 
     def _misspelt(self, form: tuple[str, ...]) -> set[tuple[str, ...]] | None:
