@@ -89,3 +89,27 @@ def _without_format(text: str) -> str:
     if text.isascii():  # the common case: no format characters, nothing to fold
         return text
     return "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+
+
+# Scripts written without spaces between words: Han (with its extensions and compatibility
+# ideographs), Hiragana, Katakana (and its half-width forms, which NFKC folds), Hangul syllables
+_CJK_RUN = re.compile(
+    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+    "\U00020000-\U0002ebef\U00030000-\U0003134f]{2,}"
+)
+
+
+def cjk_bigrams(text: str) -> str:
+    """`text` with each run of CJK characters written as its overlapping bigrams, spaced:
+    "三体问题" → " 三体 体问 问题 ". A tokenizer that splits at spaces and punctuation made a
+    whole sentence of Chinese one term, which no query matches; bigrams are what Lucene's
+    CJKAnalyzer indexes, and need no dictionary. A single character between others stays as
+    it is (the tokenizer drops one-character terms, as it does "a")."""
+    if text.isascii():
+        return text
+    return _CJK_RUN.sub(_bigrams, text)
+
+
+def _bigrams(run: re.Match[str]) -> str:
+    s = run.group()
+    return " " + " ".join(s[i : i + 2] for i in range(len(s) - 1)) + " "

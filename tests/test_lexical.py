@@ -226,3 +226,28 @@ def test_the_rows_of_a_word_are_the_books_using_it_folded() -> None:
     assert found["will"] is None
     assert found["marquez"] is not None and found["marquez"].tolist() == [0, 1]
     assert found["rest"] is not None and found["rest"].tolist() == [1, 2]
+
+
+CJK = [
+    book_document(
+        "三体", ["刘慈欣"], "文化大革命时期，叶文洁向宇宙发出信号，三体文明回应了。科幻小说。"
+    ),
+    book_document("活着", ["余华"], "福贵的一生：战争、饥荒和家人的离去。"),
+    book_document("ノルウェイの森", ["村上春樹"], "ワタナベは直子と緑のあいだで揺れる。"),
+    book_document("Dune", ["Frank Herbert"], "A desert planet, its spice, and its prophet."),
+]
+
+
+def test_a_word_inside_cjk_text_is_a_term() -> None:
+    """Chinese and Japanese are written without spaces: a word within a sentence (科幻,
+    "science fiction"; 直子, a name) finds its book, through the runs' bigrams, in the search
+    index and the more-like-this index alike; a word no book holds is no term."""
+    index = LexicalIndex(CJK)
+    for query, row in [("科幻小说", 0), ("叶文洁", 0), ("福贵的一生", 1), ("直子", 2), ("村上", 2)]:
+        scores = index.scores([query])[0]
+        assert int(np.argmax(scores)) == row and scores[row] > 0, query
+        assert (scores > 0).sum() == 1, query
+    assert index.terms("量子力学") == []  # "quantum mechanics": in no book
+    assert index.terms("科幻小说") == ["科幻", "幻小", "小说"]
+    like = LikeThisIndex([t.split("\n")[-1] for t in CJK])
+    assert like.scores([0])[0][0] > 0 and not like.scores([0])[0][1:].any()

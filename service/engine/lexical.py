@@ -7,7 +7,8 @@ so exp(bm25) is already a likelihood ratio and a scale near 1 keeps that meaning
 
 The document of a book is its title twice, its authors twice and its description once: titles
 and author names are short and say what the book is, so a name in them counts more than one in a
-blurb (a cheap BM25F). English stop words are dropped and words are Snowball-stemmed.
+blurb (a cheap BM25F). English stop words are dropped and words are Snowball-stemmed; Chinese,
+Japanese and Korean, written without spaces, are read as overlapping character bigrams.
 
 A book as the query asks another index (`LikeThisIndex`): BM25 over each book's
 "<title>. <description>", as a reader's own "more like this" would build it (k1 1.5, b 0.75,
@@ -34,7 +35,7 @@ import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 from bm25s.tokenization import Tokenizer
 
-from models.text import normalize_text
+from models.text import cjk_bigrams, normalize_text
 from service.engine.bm25_postings import Postings, RowMoves, RowTokens, lucene_bm25
 
 logger = logging.getLogger(__name__)
@@ -56,10 +57,17 @@ def like_this_text(title: str, description: str | None) -> str:
     return f"{title}. {description}" if description else title
 
 
+def lexical_text(text: str) -> str:
+    """`text` as both BM25 indexes read it, a book's and a query's alike: normalized
+    (models/text.py), and CJK runs as their bigrams, so a word inside a sentence written without
+    spaces is a term."""
+    return cjk_bigrams(normalize_text(text))
+
+
 def _chunks(texts: Iterable[str]) -> Iterator[list[str]]:
-    """The texts normalized, TOKENIZE_CHUNK at a time."""
+    """The texts as `lexical_text`, TOKENIZE_CHUNK at a time."""
     it = iter(texts)
-    while chunk := [normalize_text(t) for t in itertools.islice(it, TOKENIZE_CHUNK)]:
+    while chunk := [lexical_text(t) for t in itertools.islice(it, TOKENIZE_CHUNK)]:
         yield chunk
 
 
@@ -153,7 +161,7 @@ class LexicalIndex:
     def terms(self, query: str) -> list[str]:
         """The query's stemmed terms that occur in the catalog (stop words and unknown words
         dropped)."""
-        words = [w for w in self._split(normalize_text(query).lower()) if w not in self._stopwords]
+        words = [w for w in self._split(lexical_text(query).lower()) if w not in self._stopwords]
         with self._lock:
             stems: list[str] = self._stemmer.stemWords(words)
         return [s for s in stems if s in self._ids]
