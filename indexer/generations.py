@@ -76,24 +76,37 @@ def building_generation(*, session: Session) -> Generation | None:
     return session.scalars(select(Generation).where(Generation.state == BUILDING)).first()
 
 
-def begin(*, session: Session, model: str, catalog: str | None) -> tuple[Generation, bool]:
+def begin(
+    *, session: Session, model: str, catalog: str | None, source: str | None = None
+) -> tuple[Generation, bool]:
     """The generation to build: the building one a crashed run left, when it is for the same
-    model (True: resumed), else a new one."""
+    model and built from the same `source` (the catalog's name, its bytes' digest, the run's
+    flags; True: resumed), else a new one. A run of another catalog does not resume it: with
+    `--keep-missing` it would keep the killed run's rows, books of a catalog never completed."""
     building = building_generation(session=session)
-    if building is not None and building.model == model:
+    if building is not None and building.model == model and resumable(building, source):
         logger.info("resuming generation %d, left building by an earlier run", building.id)
         building.catalog = catalog
         return building, True
     if building is not None:
-        abandon(
-            session=session,
-            generation=building,
-            error=f"superseded by a run with model {model!r}",
+        why = (
+            f"a run with model {model!r}"
+            if building.model != model
+            else f"a run of another catalog or other flags ({catalog!r})"
         )
+        logger.warning(
+            "generation %d was left building by an interrupted run of %r; not resumed by %s: "
+            "its rows are discarded and a new generation begins",
+            building.id,
+            building.catalog,
+            why,
+        )
+        abandon(session=session, generation=building, error=f"superseded by {why}")
     generation = Generation(
         state=BUILDING,
         model=model,
         catalog=catalog,
+        source=source,
         books=0,
         added=0,
         updated=0,
@@ -103,6 +116,13 @@ def begin(*, session: Session, model: str, catalog: str | None) -> tuple[Generat
     session.add(generation)
     session.flush()
     return generation, False
+
+
+def resumable(building: Generation, source: str | None) -> bool:
+    """Whether a run from `source` may resume `building`: the same source, known (a generation
+    an older version left building has none, and a run with none, the deletions, resumes
+    nothing)."""
+    return source is not None and building.source == source
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ is indexer/deletion.py.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import deque
@@ -126,6 +127,7 @@ def run(
                 engine,
                 encoder,
                 catalog=catalog,
+                source=run_source(catalog, keep_missing=keep_missing, skip_invalid=skip_invalid),
                 report=report,
                 keep_missing=keep_missing,
                 progress=progress,
@@ -162,6 +164,7 @@ def _build(
     encoder: Encoder,
     *,
     catalog: CatalogSnapshot,
+    source: str,
     report: IndexReport,
     keep_missing: bool,
     progress: Progress,
@@ -169,7 +172,7 @@ def _build(
 ) -> None:
     with Session(engine) as session, session.begin():
         building, report.resumed = generations.begin(
-            session=session, model=encoder.name, catalog=catalog.name
+            session=session, model=encoder.name, catalog=catalog.name, source=source
         )
         g = building.id
     try:
@@ -191,6 +194,22 @@ def _build(
     except Exception as e:  # anything else would fail again: the generation ends failed
         _abandon(engine, g, error=f"{type(e).__name__}: {e}"[:2000])
         raise
+
+
+def run_source(catalog: CatalogSnapshot, *, keep_missing: bool, skip_invalid: bool) -> str:
+    """What a run builds its generation from: the catalog's name, the digest of its bytes, and
+    the flags that change what it writes. Only a run of the same resumes a generation a killed
+    run left building (indexer/generations.py `begin`)."""
+    return json.dumps(
+        {
+            "catalog": str(catalog.name),
+            "digest": catalog.digest(),
+            "columns": catalog.names.mapping,
+            "keep_missing": keep_missing,
+            "skip_invalid": skip_invalid,
+        },
+        sort_keys=True,
+    )
 
 
 def _abandon(engine: Engine, g: int, *, error: str) -> None:

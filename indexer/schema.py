@@ -52,6 +52,9 @@ class Generation(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     state: Mapped[str] = mapped_column(String(16), index=True)
     catalog: Mapped[str | None] = mapped_column(Text)
+    # what a building generation is built from (the catalog's name, its bytes' digest, the
+    # run's flags): only a run of the same resumes it (indexer/generations.py `begin`)
+    source: Mapped[str | None] = mapped_column(Text)
     model: Mapped[str] = mapped_column(String(256))
     books: Mapped[int] = mapped_column(Integer, default=0)  # books in the snapshot
     added: Mapped[int] = mapped_column(Integer, default=0)

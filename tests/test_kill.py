@@ -100,23 +100,8 @@ def test_sigkill_mid_run_then_resume(
         vectors_gen1 = _count(engine, select(func.count()).select_from(Vector))
         env = {**os.environ, "ATTEND_DATABASE_URL": database_url, "HF_HUB_OFFLINE": "1"}
 
-        proc = subprocess.Popen(
-            [ATTEND, "index", str(gen2), "--batch-size", str(BATCH)],
-            env=env,
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        _kill_midway(engine, env, tmp_path, gen2)
         new_rows = select(func.count()).where(Book.valid_from == 2)
-        deadline = time.monotonic() + 300
-        while _count(engine, new_rows) < KILL_AFTER:
-            assert proc.poll() is None, "attend index ended before the kill"
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        proc.stdout.close()  # type: ignore[union-attr]
-        assert proc.returncode == -signal.SIGKILL
 
         # The kill landed mid-run, and left whole batches only.
         committed = _count(engine, new_rows)
@@ -162,6 +147,61 @@ def test_sigkill_mid_run_then_resume(
 
         # The result equals the uninterrupted run's.
         _assert_same_index(engine, ref_engine, encoder.name)
+    finally:
+        engine.dispose()
+
+
+def _kill_midway(engine: Engine, env: dict[str, str], cwd: Path, catalog: Path) -> None:
+    """`attend index catalog` in a process of its own, killed with SIGKILL once KILL_AFTER
+    rows of generation 2 are committed."""
+    proc = subprocess.Popen(
+        [ATTEND, "index", str(catalog), "--batch-size", str(BATCH)],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    new_rows = select(func.count()).where(Book.valid_from == 2)
+    deadline = time.monotonic() + 300
+    while _count(engine, new_rows) < KILL_AFTER:
+        assert proc.poll() is None, "attend index ended before the kill"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stdout.close()  # type: ignore[union-attr]
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_a_killed_run_is_not_resumed_by_a_run_of_another_catalog(
+    database_url: str,
+    tmp_path: Path,
+    encoder: SentenceTransformerEncoder,
+    reference: tuple[Engine, pipeline.IndexReport, tuple[Path, Path]],
+) -> None:
+    """Kill a run of catalog X midway, then run catalog Y with --keep-missing: Y's run starts a
+    generation of its own (the killed one's rows discarded), so no book that only X has is
+    ever served; X's own rerun would have resumed (the test above)."""
+    _, _, (gen1, x) = reference
+    engine = db.create_db_engine(database_url)
+    try:
+        pipeline.run(IndexSettings(batch_size=BATCH), engine=engine, encoder=encoder, path=gen1)
+        env = {**os.environ, "ATTEND_DATABASE_URL": database_url, "HF_HUB_OFFLINE": "1"}
+        _kill_midway(engine, env, tmp_path, x)
+        books = list(read_catalog(DEMO_CATALOG))
+        y = write_jsonl(tmp_path / "y.jsonl", [_as_json(b) for b in books[100:110]])
+        report = pipeline.run(
+            IndexSettings(batch_size=BATCH), engine=engine, encoder=encoder, path=y,
+            keep_missing=True,
+        )  # fmt: skip
+        assert not report.resumed and report.activated and report.generation == 3
+        with Session(engine) as session:
+            assert session.get_one(Generation, 2).state == "failed"
+            served = set(loaded_index.load_index(session=session, model=encoder.name).ids)
+        first = {b.id for b in read_catalog(gen1)}
+        only_x = {b.id for b in read_catalog(x)} - first
+        assert served == first | {b.id for b in books[100:110]}
+        assert not served & only_x
     finally:
         engine.dispose()
 

@@ -146,7 +146,7 @@ def test_abandon_restores_the_rows_a_building_generation_closed(engine: Engine) 
     vectors = _random_vectors(records, 4)
     _generation(engine, records, vectors)
     with Session(engine) as session, session.begin():
-        g, resumed = generations.begin(session=session, model="m", catalog="c")
+        g, resumed = generations.begin(session=session, model="m", catalog="c", source="s")
         assert not resumed and g.id == 2
         plan = batches.plan_batch(
             session=session, records=[replace(records[0], year=1)], model="m", generation=g.id
@@ -154,8 +154,8 @@ def test_abandon_restores_the_rows_a_building_generation_closed(engine: Engine) 
         batches.write_batch(session=session, plan=plan, vectors={})
         batches.remove_books(session=session, generation=g.id, book_ids=["b002"])
     with Session(engine) as session, session.begin():
-        building, resumed = generations.begin(session=session, model="m", catalog="c")
-        assert resumed and building.id == 2  # same model: the crashed build is resumed
+        building, resumed = generations.begin(session=session, model="m", catalog="c", source="s")
+        assert resumed and building.id == 2  # same model and source: the crashed build resumes
         assert store.count_books(session=session, generation=2) == 2
         assert loaded_index.load_index(session=session, model="m").generation == 1  # not active yet
         generations.abandon(session=session, generation=building, error="test")
@@ -163,6 +163,30 @@ def test_abandon_restores_the_rows_a_building_generation_closed(engine: Engine) 
         assert session.scalar(select(func.count()).select_from(Book)) == 3
         assert session.scalar(select(func.count()).where(Book.valid_to.is_not(None))) == 0
         assert session.get_one(Generation, 2).state == "failed"
+
+
+@pytest.mark.parametrize("source", ["another catalog", None])
+def test_a_building_generation_resumes_only_for_its_own_source(
+    engine: Engine, source: str | None
+) -> None:
+    """A run of another catalog (or flags), or one that says nothing of its source, does not
+    resume a generation a killed run left building: its rows go, and a new generation begins
+    from the active one's rows alone."""
+    records = _records(3)
+    _generation(engine, records, _random_vectors(records, 4))
+    with Session(engine) as session, session.begin():
+        g, _ = generations.begin(session=session, model="m", catalog="x", source="catalog x")
+        extra = replace(records[0], id="only-in-x")
+        plan = batches.plan_batch(session=session, records=[extra], model="m", generation=g.id)
+        batches.write_batch(session=session, plan=plan, vectors={})
+    with Session(engine) as session, session.begin():
+        again, resumed = generations.begin(session=session, model="m", catalog="y", source=source)
+        assert not resumed and again.id == 3 and again.source == source
+        assert session.get_one(Generation, 2).state == "failed"
+        assert not session.scalars(select(Book).where(Book.id == "only-in-x")).all()
+    with Session(engine) as session, session.begin():
+        same, resumed = generations.begin(session=session, model="m", catalog="y", source=source)
+        assert resumed == (source is not None) and same.id == (3 if source else 4)
 
 
 def test_load_index_only_takes_the_asked_model(engine: Engine) -> None:

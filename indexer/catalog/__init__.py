@@ -20,6 +20,7 @@ with the process, however it ends), checked and indexed from those same bytes.
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,6 +159,14 @@ class CatalogSnapshot:
                 check.books, check.rejected, self.notices + check.notices, check.ids
             )
         return self._check
+
+    def digest(self) -> str:
+        """A digest of the snapshot's bytes (BLAKE2b, 128 bits): which catalog a run read."""
+        h = hashlib.blake2b(digest_size=16)
+        self.file.seek(0)
+        while chunk := self.file.read(1 << 20):
+            h.update(chunk)
+        return h.hexdigest()
 
     def _scan(self) -> CatalogScan:
         return CatalogScan(self.file, self.name, self.format, self.max_row_bytes, self.names)
