@@ -20,6 +20,9 @@ _MARKS = frozenset({"Mn", "Mc", "Me"})
 # been assigned, 15 and 16 are private use)
 _PLANES = (range(0, 0x40000), range(0xE0000, 0xF0000))
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+# Letters and symbols that render as blank space though no Unicode property says so: the Hangul
+# fillers (which NFKC maps to U+1160) and the blank braille pattern
+BLANK_RENDERING = "\u115f\u1160\u3164\uffa0\u2800"
 
 
 @functools.cache
@@ -65,6 +68,11 @@ def normalize_text(text: str) -> str:
         out.append(ch)
         base = category[0] in "LN"
     return unicodedata.normalize("NFKC", "".join(out))
+
+
+def is_blank(text: str) -> bool:
+    """Whether `text` shows nothing: whitespace and blank-rendering characters only."""
+    return not text.translate({ord(c): None for c in BLANK_RENDERING}).strip()
 
 
 def without_combining(text: str) -> str:

@@ -142,3 +142,17 @@ def test_a_wrong_method_is_405_naming_every_allowed_one(client: TestClient) -> N
 def test_admin_paths_have_their_own_larger_limit(client: TestClient) -> None:
     r = client.post("/admin/no-such-endpoint", content=b"x" * (MAX_BODY + 1))
     assert r.status_code == 404  # not 413: ATTEND_MAX_UPLOAD_BYTES applies under /admin/
+
+
+def test_health_routes_answer_head(client: TestClient) -> None:
+    """What many probes send (a load balancer's, `curl -I`): 200, as GET."""
+    for path in ("/healthz", "/readyz"):
+        r = client.head(path)
+        assert r.status_code == 200, (path, r.status_code)
+
+
+def test_a_slash_too_many_redirects_nowhere(client: TestClient) -> None:
+    """`/search/` answered 307 to `http://<the client's Host>/search`: an open redirect."""
+    r = client.get("/search/?q=x", headers={"host": "evil.example"}, follow_redirects=False)
+    assert "Not Found" in _detail(r, 404)
+    assert "location" not in r.headers

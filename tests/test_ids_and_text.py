@@ -30,6 +30,7 @@ BOOKS: list[dict[str, object]] = [
     {"id": "hobbit", "title": "The Hobbit", "authors": ["J. R. R. Tolkien"], "description": "x"},
 ]
 INVISIBLE = ["\u200b", "\u0301", "\ufeff", "\u00ad", "\u200b\u0301 \ufeff\u00ad"]
+BLANK = ["\u3164", "\u115f\u1160", " \uffa0\u2800 "]  # letters that show as blank
 
 
 def test_every_id_is_reachable_a_slash_written_as_2f(engine: Engine, tmp_path: Path) -> None:
@@ -94,7 +95,7 @@ def test_queries_and_terms_lose_their_invisible_characters(engine: Engine, tmp_p
         assert hidden.status_code == 200, hidden.text
         assert hidden.json()["results"] == plain["results"]
         assert plain["results"][0]["id"] == "hobbit"
-        for text in INVISIBLE:
+        for text in INVISIBLE + BLANK:
             r = client.get("/search", params={"q": text})
             assert r.status_code == 422, (repr(text), r.text)
             assert "only invisible characters" in r.json()["detail"]

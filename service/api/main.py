@@ -180,6 +180,9 @@ def create_app(
     # /redoc is ours (routes/redoc.py), which keeps ReDoc's logo from its CDN too
     app = FastAPIOffline(
         redoc_url=None,
+        # a redirect of /search/ to /search was built from the client's Host header: an open
+        # redirect to any host (issue 50); a path with a slash too many is a 404 instead
+        redirect_slashes=False,
         title="Attend",
         summary="Semantic book search ranked by attention, with the weights in every answer.",
         version="0.1.0",

@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from indexer.book_columns import BookFields
 from indexer.filters import Filters
-from models.text import normalize_text
+from models.text import is_blank, normalize_text
 from service.config.head_weights import HEADS, MAX_HEADS_CHARS, parse_heads
 from service.engine.results import HeadsUsed, SearchResult
 from service.engine.tickets import SearchOptions
@@ -41,10 +41,10 @@ def _clean_query(text: str) -> str:
     if not text.strip():
         raise ValueError("the query is empty")
     text = normalize_text(text).strip()  # as the books' terms are: NFKC, no invisible characters
-    if not text:
+    if is_blank(text):  # the Hangul fillers are letters that show as nothing
         raise ValueError(
             "the query holds only invisible characters (zero-width or format characters, "
-            "combining marks): type the words to search for"
+            "combining marks, the Hangul fillers): type the words to search for"
         )
     if _CONTROL.search(text):
         raise ValueError("the query contains control characters")

@@ -25,6 +25,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
+@router.head("/healthz", include_in_schema=False)  # what many probes send
 async def healthz(index: IndexDep, watcher: WatcherDep) -> Health:
     """The process is up and holds the index in memory: which one (model, generation, the
     database's identity)."""
@@ -38,6 +39,7 @@ async def healthz(index: IndexDep, watcher: WatcherDep) -> Health:
     )
 
 
+@router.head("/readyz", include_in_schema=False)
 @router.get(
     "/readyz",
     responses={
