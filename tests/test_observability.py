@@ -152,6 +152,18 @@ def test_one_log_line_per_request_without_headers_or_query_text(
     assert request["message"].startswith("GET /search 200 ")
 
 
+def test_a_path_cannot_write_a_log_line_of_its_own(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A `%0A` in the URL is decoded into the path: logged as it came, it began a line that
+    reads like one of the service's own."""
+    with caplog.at_level(logging.INFO):
+        client.get("/books/x%0A2026-12-07 INFO service.api.admin re-index done%0D")
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "service.api.telemetry"]
+    assert "\n" not in line and "\r" not in line
+    assert line.startswith("GET /books/x\\x0a2026-12-07 INFO service.api.admin re-index done\\x0d ")
+
+
 def test_cors_is_off_by_default(client: TestClient) -> None:
     r = client.get("/healthz", headers={"Origin": "https://elsewhere.example"})
     assert "access-control-allow-origin" not in r.headers

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from service.api.admission import BusyError, OverBudgetError
+from service.api.telemetry import printable
 from service.cluster.shards.shard import ShardsOutOfStepError
 from service.engine.exceptions import (
     BadCatalogRequestError,
@@ -255,7 +256,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        logger.exception("unhandled error on %s %s", request.method, printable(request.url.path))
         return JSONResponse(
             {"detail": "internal error; the server log has the details"}, status_code=500
         )

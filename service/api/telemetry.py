@@ -9,6 +9,7 @@ is ever logged, so neither is an `Authorization: Bearer` admin token.
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -16,6 +17,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.api.metrics import Metrics, route_label
 
 logger = logging.getLogger(__name__)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def printable(path: str) -> str:
+    """`path` (percent-decoded) with its control characters written `\\xNN`: a `%0A` in a
+    URL made a line of its own in the plain-text log, one a client wrote."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", path)
 
 
 class RequestTelemetry:
@@ -46,7 +54,7 @@ class RequestTelemetry:
             logger.info(
                 "%s %s %d %.1f ms",
                 scope["method"],
-                scope["path"],
+                printable(scope["path"]),
                 status,
                 seconds * 1000,
                 extra={
