@@ -31,7 +31,6 @@ def delete_books(*, engine: Engine, book_ids: Sequence[str]) -> DeleteReport:
         building = generations.building_generation(session=session)
         if building is not None:
             raise generations.IndexBusyError(
-                engine.url.render_as_string(),
                 f"generation {building.id} was left building by an interrupted `attend index`: "
                 "run that again (it resumes) before deleting books",
             )

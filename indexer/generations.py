@@ -33,25 +33,26 @@ NOTIFY_CHANNEL = "attend_generations"
 
 
 class IndexBusyError(RuntimeError):
-    """Another writer (an `attend index`, `attend delete` or an admin re-index) is running."""
+    """Another writer (an `attend index`, `attend delete` or an admin re-index) is running. The
+    message names no database: an admin job shows it to a client, and a URL's user, host, port
+    and database name are not a client's to read (issue 50)."""
 
-    def __init__(self, where: str, message: str | None = None):
+    def __init__(self, message: str | None = None):
         super().__init__(
             message
-            or f"another indexer is writing to {where} (an `attend index`, `attend delete` or "
-            "an admin re-index): wait until it has finished, then run this again"
+            or "another indexer is writing to this index (an `attend index`, `attend delete` "
+            "or an admin re-index): wait until it has finished, then run this again"
         )
 
 
 @contextlib.contextmanager
 def writer_lock(engine: Engine) -> Iterator[None]:
     """Hold the database's one-writer lock, or raise `IndexBusyError` at once."""
-    where = engine.url.render_as_string()
     if engine.dialect.name == "postgresql":
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             got = conn.scalar(text("SELECT pg_try_advisory_lock(:k)"), {"k": _ADVISORY_KEY})
             if not got:
-                raise IndexBusyError(where)
+                raise IndexBusyError()
             try:
                 yield
             finally:
@@ -65,7 +66,7 @@ def writer_lock(engine: Engine) -> Iterator[None]:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise IndexBusyError(where) from None
+            raise IndexBusyError() from None
         try:
             yield
         finally:
