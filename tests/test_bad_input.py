@@ -43,6 +43,9 @@ def _detail(r: Any, status: int) -> str:
         ("/search?q=%20%09%20", 422, "q: the query is empty"),
         (f"/search?q={'x' * (MAX_QUERY_CHARS + 1)}", 422, "at most 512 characters"),
         ("/search?q=a%00b", 422, "control characters"),
+        # 30 × U+FDFA, 540 characters once NFKC writes each out as 18
+        ("/search?q=" + "%EF%B7%BA" * 30, 422, "540 characters once normalised"),
+        ("/books/x/explain?q=" + "%EF%B7%BA" * 512, 422, "9216 characters once normalised"),
         ("/search?q=a%1Bb", 422, "control characters"),
         ("/search?q=x&k=0", 422, "k: Input should be greater than or equal to 1"),
         (f"/search?q=x&k={MAX_K + 1}", 422, "k: Input should be less than or equal to 100"),
@@ -156,3 +159,12 @@ def test_a_slash_too_many_redirects_nowhere(client: TestClient) -> None:
     r = client.get("/search/?q=x", headers={"host": "evil.example"}, follow_redirects=False)
     assert "Not Found" in _detail(r, 404)
     assert "location" not in r.headers
+
+
+def test_the_query_bound_holds_once_normalised(client: TestClient) -> None:
+    """512 characters after NFKC pass, 513 do not, however few were sent (U+FDFA: 18)."""
+    at_bound = "\ufdfa" * 28 + "x" * (MAX_QUERY_CHARS - 28 * 18)
+    r = client.get("/search", params={"q": at_bound, "k": 1})
+    assert r.status_code == 200, r.text
+    over = client.get("/search", params={"q": at_bound + "x", "k": 1})
+    assert "513 characters once normalised" in _detail(over, 422)

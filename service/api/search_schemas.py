@@ -48,13 +48,22 @@ def _clean_query(text: str) -> str:
         )
     if _CONTROL.search(text):
         raise ValueError("the query contains control characters")
+    if len(text) > MAX_QUERY_CHARS:
+        # NFKC can lengthen a text 18 times (U+FDFA is a phrase of 18 characters): the bound
+        # holds for what is ranked and explained, not only for what was sent (issue 50)
+        raise ValueError(
+            f"the query is {len(text)} characters once normalised (NFKC: some characters are "
+            f"written out as several); at most {MAX_QUERY_CHARS}"
+        )
     return text
 
 
 Query = Annotated[
     str,
     Field(
-        max_length=MAX_QUERY_CHARS, description=f"Search text, 1 to {MAX_QUERY_CHARS} characters."
+        max_length=MAX_QUERY_CHARS,
+        description=f"Search text, 1 to {MAX_QUERY_CHARS} characters, as sent and once "
+        "normalised (NFKC).",
     ),
     AfterValidator(_clean_query),
 ]
