@@ -23,6 +23,7 @@ _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 # Letters and symbols that render as blank space though no Unicode property says so: the Hangul
 # fillers (which NFKC maps to U+1160) and the blank braille pattern
 BLANK_RENDERING = "\u115f\u1160\u3164\uffa0\u2800"
+_WITHOUT_BLANK = str.maketrans("", "", BLANK_RENDERING)
 
 
 @functools.cache
@@ -72,7 +73,7 @@ def normalize_text(text: str) -> str:
 
 def is_blank(text: str) -> bool:
     """Whether `text` shows nothing: whitespace and blank-rendering characters only."""
-    return not text.translate({ord(c): None for c in BLANK_RENDERING}).strip()
+    return not text.translate(_WITHOUT_BLANK).strip()
 
 
 def without_combining(text: str) -> str:

@@ -19,6 +19,7 @@ whose queries read most of its lists, holds them.
 
 from __future__ import annotations
 
+import functools
 import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,6 +39,15 @@ class RowMoves:
     new_row: np.ndarray  # (N_before,) int64
     changed: np.ndarray  # (C,) int64
     size: int  # N, the new generation's rows
+
+    @functools.cached_property
+    def sources(self) -> np.ndarray:
+        """(N,) int64 each new row's previous row, −1 for a new or changed row: made once a
+        swap, for every index that gathers its rows from the previous generation's."""
+        stay = self.new_row >= 0
+        sources = np.full(self.size, -1, np.int64)
+        sources[self.new_row[stay]] = np.flatnonzero(stay)
+        return sources
 
 
 @dataclass(frozen=True)

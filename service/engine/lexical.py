@@ -278,9 +278,7 @@ class LikeThisIndex:
             flat = own.ids
         else:
             before, moves = previous
-            stay = moves.new_row >= 0
-            source = np.full(self.size, -1, np.int64)  # each row's previous row, −1: changed
-            source[moves.new_row[stay]] = np.flatnonzero(stay)
+            source = moves.sources  # each row's previous row, −1: changed
             lengths = np.zeros(self.size, np.int64)
             lengths[source >= 0] = np.diff(before._starts)[source[source >= 0]]
             lengths[moves.changed] = own.sizes

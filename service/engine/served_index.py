@@ -148,9 +148,6 @@ class ServedIndex:
             self.rating_counts = rating_counts_of(rating_counts, len(index))
         else:
             previous, moves = follows
-            stay = moves.new_row >= 0
-            sources = np.full(moves.size, -1, np.int64)  # each row's previous row, −1: changed
-            sources[moves.new_row[stay]] = np.flatnonzero(stay)
             changed = index.books.take(moves.changed.tolist())
             self.lexical = LexicalIndex.following(
                 previous.lexical, moves, _documents(changed, descriptions)
@@ -161,13 +158,13 @@ class ServedIndex:
             rows = previous.names.rows.following(
                 moves, NameRows.of(changed.titles, changed.authors, descriptions, subjects)
             )
-            self.rating_counts = previous.rating_counts[sources.clip(0)]
+            self.rating_counts = previous.rating_counts[moves.sources.clip(0)]
             self.rating_counts[moves.changed] = rating_counts_of(rating_counts, len(changed))
         self.names = CatalogNames(rows, self.like_this.word_rows, index.books.authors)
         self.filters = FilterColumns(
             index.books,
             device=keys.device,
-            follows=None if follows is None else (previous.filters, sources),
+            follows=None if follows is None else (previous.filters, moves.sources),
         )
         self.readers = readers_of(self.rating_counts)
 
