@@ -78,6 +78,9 @@ def book_descriptions(
 
 # the metadata fields a catalog's subject headings, genres or tags come under (CSV or JSONL)
 SUBJECT_FIELDS = ("subjects", "subject", "genres", "genre", "tags", "categories")
+# the metadata field of the series a book belongs to (Calibre's; a MARC record's numbered ones):
+# a string, or a list of them
+SERIES_FIELD = "series"
 # the metadata fields of how many readers rated a book (Goodreads' `ratings_count`)
 RATINGS_FIELDS = ("ratings_count", "num_ratings", "rating_count", "number_of_ratings")
 
@@ -88,6 +91,7 @@ class BookExtras:
 
     subjects: list[tuple[str, ...]]  # their subject headings, () for a book without any
     rating_counts: list[int | None]  # how many readers rated them, None where not known
+    series: list[tuple[str, ...]]  # the series their rows name, () for a book without any
 
 
 def book_extras(
@@ -98,21 +102,22 @@ def book_extras(
     since: int | None = None,
 ) -> BookExtras:
     """The subject headings (or genres, tags: `SUBJECT_FIELDS`, the first a book has: a list
-    of strings, or one string of `;`-separated headings) and the readers' rating counts (the
-    first of `RATINGS_FIELDS`: a non-negative integer, or its digits as text) of `book_ids` in
+    of strings, or one string of `;`-separated headings), the readers' rating counts (the
+    first of `RATINGS_FIELDS`: a non-negative integer, or its digits as text) and the series
+    (`SERIES_FIELD`: a string or a list of them) of `book_ids` in
     `generation` (default: the active one), from one read of their metadata. `since`: as
     `book_descriptions`."""
     if generation is None:
         generation = active_generation_id(session=session)
     if generation is None:
-        return BookExtras([()] * len(book_ids), [None] * len(book_ids))
+        return BookExtras([()] * len(book_ids), [None] * len(book_ids), [()] * len(book_ids))
     stmt = select(Book.id, Book.extra).where(_rows_of(generation, since))
     found = {
-        book_id: (_subjects(extra or {}), _rating_count(extra or {}))
+        book_id: (_subjects(extra or {}), _rating_count(extra or {}), _series(extra or {}))
         for book_id, extra in session.execute(stmt)
     }
-    got = [found.get(book_id, ((), None)) for book_id in book_ids]
-    return BookExtras([g[0] for g in got], [g[1] for g in got])
+    got = [found.get(book_id, ((), None, ())) for book_id in book_ids]
+    return BookExtras([g[0] for g in got], [g[1] for g in got], [g[2] for g in got])
 
 
 def _subjects(extra: dict[str, Any]) -> tuple[str, ...]:
@@ -125,6 +130,12 @@ def _subjects(extra: dict[str, Any]) -> tuple[str, ...]:
             if found:
                 return found
     return ()
+
+
+def _series(extra: dict[str, Any]) -> tuple[str, ...]:
+    value = extra.get(SERIES_FIELD)
+    values = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return tuple(v.strip() for v in values if isinstance(v, str) and v.strip())
 
 
 def _rating_count(extra: dict[str, Any]) -> int | None:

@@ -477,7 +477,7 @@ def test_catalog_error_is_a_value_error() -> None:
     assert issubclass(CatalogError, ValueError)
 
 
-@pytest.mark.parametrize("name", ["books.xml", "books.xls", "books", "books.csv.zip"])
+@pytest.mark.parametrize("name", ["books.mrk", "books.xls", "books", "books.csv.zip"])
 def test_unknown_suffix_raises(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     path.write_text('{"id": "a", "title": "A"}\n', encoding="utf-8")

@@ -29,8 +29,17 @@ def _edited(books: list[dict[str, object]]) -> list[dict[str, object]]:
         if i == 3:
             continue  # removed
         edit = {"description": f"{book.get('description') or ''} Zyxquor revised."}
+        if i == 14:  # a series named by the row (Calibre's `series`), as the new book's
+            edit["series"] = "Dragon Tales"
         out.append({**book, **edit} if i % 7 == 0 else book)
-    out.append({"id": "new-dragons", "title": "Dragons of the North", "authors": ["A. Writer"]})
+    out.append(
+        {
+            "id": "new-dragons",
+            "title": "Dragons of the North",
+            "authors": ["A. Writer"],
+            "series": ["Dragon Tales"],
+        }
+    )
     out.append(
         {
             "id": "new-rivers",
@@ -91,6 +100,8 @@ def test_a_swap_answers_as_a_fresh_start(tmp_path: Path, caplog: pytest.LogCaptu
         assert "zyxquor" in served.lexical.postings.terms  # the new word
         after_swap = _answers(swapped, ids)
         swapped_bytes = _lexical_bytes(served)
+        mates = [r for r, keys in enumerate(served.names.rows.series) if "dragon tales" in keys]
+        assert [served.books.ids[r] for r in mates] == [ids[1], "new-dragons"]
     # a start from the database, and one from the served form the swap wrote
     for served_dir in ("", str(settings.served_dir)):
         start = settings.model_copy(update={"served_dir": served_dir})
@@ -99,3 +110,4 @@ def test_a_swap_answers_as_a_fresh_start(tmp_path: Path, caplog: pytest.LogCaptu
             assert fresh_served.generation == served.generation
             assert _answers(fresh, ids) == after_swap
             assert _lexical_bytes(fresh_served) == swapped_bytes
+            assert fresh_served.names.rows.series == served.names.rows.series

@@ -1,5 +1,6 @@
-"""Reading book catalogs: JSONL (one object a line), a JSON array, or CSV/TSV (a header row),
-any of them gzipped or in UTF-16 (indexer/catalog/formats.py), every bad row named.
+"""Reading book catalogs: JSONL (one object a line), a JSON array, CSV/TSV (a header row), or
+MARC21 and MARCXML (indexer/catalog/marc_records.py), any of them gzipped or in UTF-16
+(indexer/catalog/formats.py), every bad row named.
 
 A book needs a `title`; `id` (a string or an integer, unique in the file), `description`,
 `authors` (a list, or a string of names separated by `;` or `,`), `year` (an integer) and

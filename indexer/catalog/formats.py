@@ -1,20 +1,23 @@
 """What a catalog file is: its format from its name, then from its bytes.
 
 The name gives the format (`.jsonl`/`.ndjson` one JSON object a line, `.json` a JSON array,
-`.csv` comma-separated, `.tsv`/`.txt` tab-separated, any of them `.gz`); the bytes then have
-the last word, as the snapshot is copied (`copy_decoded`):
+`.csv` comma-separated, `.tsv`/`.txt` tab-separated, `.mrc`/`.marc` binary MARC21, `.xml`
+MARCXML, any of them `.gz`); the bytes then have the last word, as the snapshot is copied
+(`copy_decoded`):
 
 - gzip is known by its magic bytes (1f 8b), whatever the name, and decompressed;
 - UTF-16 with a byte-order mark (LibraryThing's and Excel's "Unicode text") is converted to
   UTF-8; UTF-16 without one (every other byte 0) is refused in one sentence naming it;
 - a JSONL or JSON file whose first character is `[` is a JSON array, one whose first is `{` one
-  object a line (`refine`).
+  object a line; a file of any name that starts with a MARC21 leader is binary MARC, one whose
+  first character is `<` MARCXML (`refine`).
 """
 
 from __future__ import annotations
 
 import codecs
 import gzip
+import re
 import zlib
 from pathlib import Path
 from typing import IO, cast
@@ -29,17 +32,28 @@ FORMATS = {
     ".tsv": "tsv",
     ".tab": "tsv",
     ".txt": "tsv",
+    ".mrc": "marc",
+    ".marc": "marc",
+    ".xml": "marcxml",
 }
-KNOWN = ".jsonl, .json, .csv or .tsv (or .gz of one)"
-NAMES = {"jsonl": "one JSON object a line", "json": "a JSON array"}
+KNOWN = ".jsonl, .json, .csv, .tsv, .mrc (MARC21) or .xml (MARCXML), or .gz of one"
+NAMES = {
+    "jsonl": "one JSON object a line",
+    "json": "a JSON array",
+    "marc": "MARC21",
+    "marcxml": "MARCXML",
+}
+# a MARC21 leader: the record's length, codes, "22" (indicator and subfield code counts), the
+# data's base address; what every ISO 2709 record starts with
+_LEADER = re.compile(rb"\d{5}[a-z ]{5}22\d{5}")
 _GZIP = b"\x1f\x8b"
 _UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 _CHUNK = 1024 * 1024
 
 
 def catalog_format(name: str | Path) -> str:
-    """ "jsonl", "json", "csv" or "tsv", from the file name's suffix (a `.gz` one's inner
-    suffix); `CatalogError` for any other."""
+    """ "jsonl", "json", "csv", "tsv", "marc" or "marcxml", from the file name's suffix (a
+    `.gz` one's inner suffix); `CatalogError` for any other."""
     path = Path(name)
     suffix = path.suffix.lower()
     if suffix == ".gz":
@@ -82,15 +96,24 @@ def copy_decoded(source: IO[bytes], dest: IO[bytes], name: str) -> list[str]:
 
 
 def refine(file: IO[bytes], fmt: str, name: str) -> tuple[str, list[str]]:
-    """The format of the decoded `file` (left at its start): a JSON file as its first
-    character says; and a notice where that is not what its name said."""
-    if fmt not in NAMES:
-        return fmt, []
+    """The format of the decoded `file` (left at its start) as its first bytes say: a MARC21
+    leader, MARCXML's `<`, a JSON file's first character; and a notice where that is not what
+    its name said."""
+    file.seek(0)
+    head = file.read(24)
+    file.seek(0)
     first = _first_character(file)
-    found = {"[": "json", "{": "jsonl"}.get(first, fmt)
+    if _LEADER.match(head):
+        found, why = "marc", "it starts with a MARC21 leader"
+    elif first == "<" and fmt != "marcxml":
+        found, why = "marcxml", "its first character is '<'"
+    elif fmt in ("json", "jsonl") and first in "[{" and first:
+        found, why = {"[": "json", "{": "jsonl"}[first], f"its first character is {first!r}"
+    else:
+        found, why = fmt, ""
     if found == fmt:
         return fmt, []
-    return found, [f"{name}: read as {NAMES[found]} (its first character is {first!r})"]
+    return found, [f"{name}: read as {NAMES[found]} ({why})"]
 
 
 def _peek(f: IO[bytes], n: int) -> bytes:

@@ -15,6 +15,7 @@ from indexer.catalog.columns import NAMES, ColumnNames
 from indexer.catalog.csv_records import csv_rows, delimiter_of
 from indexer.catalog.json_array import json_array_rows
 from indexer.catalog.jsonl_records import jsonl_rows
+from indexer.catalog.marc_records import MarcStats, marc21_rows, marcxml_rows
 from indexer.catalog.records import CatalogHeaderError, CatalogRecord, InvalidRow
 from indexer.catalog.rows import ParsedRow, RowError, parse_row
 
@@ -46,7 +47,13 @@ class CatalogScan:
         self.name = name
         self._names = names
         self._rows: Iterator[tuple[int, dict[str, Any] | str]]
-        if fmt == "jsonl":
+        self._fmt = fmt
+        self._marc = MarcStats()  # a MARC file's counts; its "line" is a record's position
+        if fmt == "marc":
+            self._rows = marc21_rows(f, max_row_bytes, self._marc)
+        elif fmt == "marcxml":
+            self._rows = marcxml_rows(f, max_row_bytes, self._marc)
+        elif fmt == "jsonl":
             self._rows = jsonl_rows(f, max_row_bytes)
         elif fmt == "json":
             self._rows = json_array_rows(f, max_row_bytes)
@@ -71,11 +78,12 @@ class CatalogScan:
             try:
                 parsed = parse_row(raw, line, self._names)
             except RowError as e:
-                yield InvalidRow(self.name, line, str(e))
+                yield InvalidRow(self.name, line, self._where(raw) + str(e))
                 continue
             record = parsed.record
             if record.id in seen:
-                reason = f"duplicate id {record.id!r} (first on line {seen[record.id]})"
+                unit = "at record" if self._fmt in ("marc", "marcxml") else "on line"
+                reason = f"duplicate id {record.id!r} (first {unit} {seen[record.id]})"
                 if not parsed.id_from:
                     reason += (
                         ", an id derived from the same title and authors: give the books an "
@@ -86,6 +94,12 @@ class CatalogScan:
             seen[record.id] = line
             self._note(parsed)
             yield record
+
+    def _where(self, raw: dict[str, Any]) -> str:
+        """A MARC record's control number, before why it is no book: the file's position alone
+        does not find it in the library system."""
+        control = raw.get("id") if self._fmt in ("marc", "marcxml") else None
+        return f"001 {control!r}: " if isinstance(control, str) else ""
 
     def check(self) -> CatalogCheck:
         """Read to the end."""
@@ -115,7 +129,7 @@ class CatalogScan:
         """One line for each: columns read as a field of another name, ids derived, columns
         kept as metadata, those that look like fields but were not read, columns without a
         name."""
-        out = []
+        out = self._marc.notices(self.name, self._fmt) if self._fmt in ("marc", "marcxml") else []
         if self._delimiter != ",":
             shown = "tab" if self._delimiter == "\t" else repr(self._delimiter)
             why = "its name" if self._tabs else "the header has no comma"
@@ -129,7 +143,7 @@ class CatalogScan:
                 f"derived from title and authors (line {first.line}: {first.id!r}); it stays "
                 "the same while they do"
             )
-        if self._metadata:
+        if self._metadata and self._fmt not in ("marc", "marcxml"):  # MARC's: docs/catalogs.md
             names = [repr(k) for k in self._metadata]
             more = ""
             if len(names) > _SHOWN:

@@ -31,8 +31,8 @@ class ReindexRequest(BaseModel):
 
     catalog: str = Field(
         min_length=1,
-        description="Path of a .jsonl or .csv catalog on the server (or upload one as the "
-        "multipart/form-data file field `catalog`).",
+        description="Path of a .jsonl, .csv, .mrc (MARC21) or .xml (MARCXML) catalog on the "
+        "server (or upload one as the multipart/form-data file field `catalog`).",
     )
     keep_missing: bool = Field(
         False, description="Keep books the catalog lacks (default: the catalog is a snapshot)."

@@ -122,6 +122,7 @@ class CatalogNames:
         descriptions: Sequence[str | None] | None = None,
         *,
         subjects: Sequence[Sequence[str]] | None = None,
+        series: Sequence[Sequence[str]] | None = None,
     ) -> CatalogNames:
         """The names of books given column by column, their words found by a more-like-this
         index of their own (the served index passes its own)."""
@@ -129,7 +130,7 @@ class CatalogNames:
             like_this_text(title, descriptions[i] if descriptions else None)
             for i, title in enumerate(titles)
         ]
-        rows = NameRows.of(titles, authors, descriptions, subjects)
+        rows = NameRows.of(titles, authors, descriptions, subjects, series)
         return cls(rows, LikeThisIndex(texts).word_rows, authors)
 
     # ---- as arrays (service/engine/served_form.py): each row's names, the works and the

@@ -2,7 +2,8 @@
 (service/engine/catalog_names.py) are made from.
 
 A row's authors (whole names, folded: case, accents, punctuation, so "J.R.R. Tolkien" and
-"J. R. R. Tolkien" are one), its series (the key of its title's "(Series, #n)" marker), its
+"J. R. R. Tolkien" are one), its series (the key of its title's "(Series, #n)" marker, and the
+series its catalog row names: Calibre's `series`, a MARC record's numbered series), its
 subject headings (folded) and the keys of its work (service/engine/book_works.py: its folded
 title, and its description when long, each with its first author) are each a fact of the row
 alone. So a swap folds the changed books only and moves the other rows' facts (`following`):
@@ -69,6 +70,16 @@ def series_keys(title: str) -> tuple[str, ...]:
     return tuple(keys)
 
 
+def row_series(title: str, named: Sequence[str]) -> tuple[str, ...]:
+    """The series of a book: its title's marker's, then those its row names (`named`), folded
+    as a marker's are, so "Discworld" named and "(Discworld, #4)" in a title are one series."""
+    keys = list(series_keys(title))
+    for name in named:
+        if (key := " ".join(fold(name))) and key not in keys:
+            keys.append(key)
+    return tuple(keys)
+
+
 def title_words(title: str) -> list[str]:
     """A title's folded words, its closing parenthetical ("(Discworld #4)") dropped."""
     return fold(_CLOSING.sub("", title) or title)
@@ -111,9 +122,10 @@ class NameRows:
         authors: Sequence[Sequence[str]],
         descriptions: Sequence[str | None] | None = None,
         subjects: Sequence[Sequence[str]] | None = None,
+        series: Sequence[Sequence[str]] | None = None,
     ) -> NameRows:
-        """The facts of books given column by column (descriptions and subjects: None where
-        the catalog has none)."""
+        """The facts of books given column by column (descriptions, subjects and the series
+        rows name: None where the catalog has none)."""
         row_authors: list[tuple[AuthorKey, ...]] = []
         # one tuple object per distinct name and per distinct tuple of a row's names: each
         # row's own folded copies cost ~340 bytes a book (32 MiB at 100,000 books)
@@ -128,7 +140,9 @@ class NameRows:
                     keys.append(key)
             row_authors.append(row_keys.setdefault(tuple(keys), tuple(keys)))
         one_series: dict[tuple[str, ...], tuple[str, ...]] = {}  # one object each, as above
-        series = [one_series.setdefault(k, k) for k in map(series_keys, titles)]
+        named = series or [()] * len(titles)
+        row_keys_of = map(row_series, titles, named)
+        series_rows = [one_series.setdefault(k, k) for k in row_keys_of]
         headings = [
             tuple(dict.fromkeys(k for h in heads if (k := " ".join(fold(h)))))
             for heads in subjects or [()] * len(titles)
@@ -140,7 +154,7 @@ class NameRows:
             ],
             np.int64,
         ).reshape(len(titles), 2)
-        return cls(row_authors, series, headings, work)
+        return cls(row_authors, series_rows, headings, work)
 
     def __len__(self) -> int:
         return len(self.authors)

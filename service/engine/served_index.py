@@ -125,10 +125,12 @@ class ServedIndex:
         *,
         descriptions: Sequence[str | None] | None = None,
         subjects: Sequence[Sequence[str]] | None = None,
+        series: Sequence[Sequence[str]] | None = None,
         rating_counts: Sequence[int | None] | None = None,
         follows: tuple[ServedIndex, RowMoves] | None = None,
     ):
-        """`descriptions`, `subjects`, `rating_counts`: the books' (None: none has one), or
+        """`descriptions`, `subjects`, `series` (those a row names, beside its title's
+        marker), `rating_counts`: the books' (None: none has one), or
         with `follows`, the changed books' only, in `moves.changed` order. `follows`: the
         served index of the generation before and how its rows moved to these: its BM25
         indexes, names and rating counts are then moved, the changed rows' made from their
@@ -144,7 +146,9 @@ class ServedIndex:
         if follows is None:
             self.lexical = lexical_index(index.books, descriptions)
             self.like_this = like_this_index(index.books, descriptions)
-            rows = NameRows.of(index.books.titles, index.books.authors, descriptions, subjects)
+            rows = NameRows.of(
+                index.books.titles, index.books.authors, descriptions, subjects, series
+            )
             self.rating_counts = rating_counts_of(rating_counts, len(index))
         else:
             previous, moves = follows
@@ -156,7 +160,8 @@ class ServedIndex:
                 previous.like_this, moves, _like_this_texts(changed, descriptions)
             )
             rows = previous.names.rows.following(
-                moves, NameRows.of(changed.titles, changed.authors, descriptions, subjects)
+                moves,
+                NameRows.of(changed.titles, changed.authors, descriptions, subjects, series),
             )
             self.rating_counts = previous.rating_counts[moves.sources.clip(0)]
             self.rating_counts[moves.changed] = rating_counts_of(rating_counts, len(changed))
@@ -226,6 +231,7 @@ class ServedIndex:
         chunk_size: int | None = None,
         descriptions: Sequence[str | None] | None = None,
         subjects: Sequence[Sequence[str]] | None = None,
+        series: Sequence[Sequence[str]] | None = None,
         rating_counts: Sequence[int | None] | None = None,
     ) -> ServedIndex:
         """The index with its keys on this process's device (`pick_device(device)`), as
@@ -234,7 +240,12 @@ class ServedIndex:
             index.keys, device=pick_device(device), key_dtype=key_dtype, chunk_size=chunk_size
         )
         return cls(
-            index, keys, descriptions=descriptions, subjects=subjects, rating_counts=rating_counts
+            index,
+            keys,
+            descriptions=descriptions,
+            subjects=subjects,
+            series=series,
+            rating_counts=rating_counts,
         )
 
     def __len__(self) -> int:

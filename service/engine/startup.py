@@ -144,6 +144,7 @@ def build_served(
         placement.keys(index),
         descriptions=descriptions,
         subjects=extras.subjects,
+        series=extras.series,
         rating_counts=extras.rating_counts,
         follows=moves,
     )
