@@ -1,9 +1,14 @@
 """The snapshot guard: a catalog that would empty the index, or remove most of it, is refused
 before anything is written (a truncated file, a header-only CSV or a file of the wrong format
-does that by mistake)."""
+does that by mistake). An index of the bundled demo catalog is no one's data: a catalog of
+one's own replaces it, as the README's first steps do, without the guard's flag."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+from functools import lru_cache
 from pathlib import Path
 
 from sqlalchemy import Engine, select
@@ -11,8 +16,11 @@ from sqlalchemy.orm import Session
 
 from indexer import store
 from indexer.catalog import CatalogError, CatalogSnapshot, InvalidRow
-from indexer.schema import Book
+from indexer.data import DEMO_CATALOG
+from indexer.schema import Book, Generation
 from indexer.settings import IndexSettings
+
+logger = logging.getLogger(__name__)
 
 FEW_REMOVALS = 10  # a snapshot may always remove this many books: a mistake that small is cheap
 
@@ -35,17 +43,23 @@ def empty_message(path: str | Path, rejected: list[InvalidRow]) -> str:
     return (
         f"{path} holds no valid book: {why}. As a snapshot it would remove every book of the "
         "index, so nothing was written; check that it is the catalog you meant (its format "
-        "must match its suffix: .jsonl, .json, .csv or .tsv, or .gz of one), or remove books with "
+        "must match its suffix: .jsonl, .json, .csv, .tsv, .mrc or .xml, or .gz of one), or "
+        "remove books with "
         "`attend delete ID …`"
     )
 
 
 def check_removals(settings: IndexSettings, engine: Engine, catalog: CatalogSnapshot) -> None:
-    """Refuse a snapshot that removes more than `max_delete_fraction` of the active books."""
+    """Refuse a snapshot that removes more than `max_delete_fraction` of the active books,
+    unless they are the demo catalog's."""
     with Session(engine) as session:
-        active = store.active_generation_id(session=session)
-        if active is None:
+        generation = store.active_generation(session=session)
+        if generation is None:
             return
+        if holds_the_demo(generation):
+            logger.info("the index holds the demo catalog: %s replaces it", catalog.name)
+            return
+        active = generation.id
         indexed = set(session.scalars(select(Book.id).where(store.visible_at(active))))
     if not indexed:
         return
@@ -59,3 +73,22 @@ def check_removals(settings: IndexSettings, engine: Engine, catalog: CatalogSnap
             "you mean, run it again with --allow-mass-delete (admin API: "
             '"allow_mass_delete": true), or with --keep-missing to keep them'
         )
+
+
+def holds_the_demo(generation: Generation) -> bool:
+    """Whether `generation` was indexed from the bundled demo catalog as it is (the digest its
+    run recorded), or is a deletion from such a generation (which records no run)."""
+    if generation.source is None:
+        return generation.catalog == str(DEMO_CATALOG)
+    try:
+        digest = json.loads(generation.source).get("digest")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(digest, str) and digest == _demo_digest()
+
+
+@lru_cache(maxsize=1)
+def _demo_digest() -> str:
+    """The demo catalog's digest as a run records it (CatalogSnapshot.digest: UTF-8 bytes as
+    they are)."""
+    return hashlib.blake2b(DEMO_CATALOG.read_bytes(), digest_size=16).hexdigest()

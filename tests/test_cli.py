@@ -173,10 +173,16 @@ def test_delete_removes_the_known_ids_and_names_the_unknown_ones(
 def test_index_names_an_unknown_format(
     db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "books.xml"
+    path = tmp_path / "books.xls"
     path.write_text("id,title\n")
     assert main(["index", str(path)]) == 2
-    assert "unknown catalog format '.xml'" in capsys.readouterr().err
+    assert "unknown catalog format '.xls'" in capsys.readouterr().err
+    path = tmp_path / "books.xml"  # a known name, of other bytes
+    path.write_text("id,title\n")
+    assert main(["index", str(path)]) == 2
+    assert f"{path}: not XML (it starts with 'i'): a .xml catalog is read as MARCXML" in (
+        capsys.readouterr().err
+    )
 
 
 def test_db_upgrade_current_and_downgrade(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -107,6 +107,12 @@ def refine(file: IO[bytes], fmt: str, name: str) -> tuple[str, list[str]]:
         found, why = "marc", "it starts with a MARC21 leader"
     elif first == "<" and fmt != "marcxml":
         found, why = "marcxml", "its first character is '<'"
+    elif fmt == "marcxml" and first != "<":
+        raise CatalogError(
+            [],
+            f"{name}: not XML (it starts with {first or 'a non-ASCII byte'!r}): a .xml catalog "
+            "is read as MARCXML",
+        )
     elif fmt in ("json", "jsonl") and first in "[{" and first:
         found, why = {"[": "json", "{": "jsonl"}[first], f"its first character is {first!r}"
     else:
