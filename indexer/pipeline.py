@@ -107,7 +107,10 @@ def run(
             catalog = path
         else:
             catalog = snapshot = CatalogSnapshot.take(
-                path, max_row_bytes=settings.max_row_bytes, columns=settings.catalog_columns
+                path,
+                max_row_bytes=settings.max_row_bytes,
+                columns=settings.catalog_columns,
+                encoding=settings.catalog_encoding,
             )
         path = catalog.name
         total, rejected = validate(catalog)

@@ -197,9 +197,16 @@ class RunSettings(BaseSettings):
     catalog_columns: dict[str, str] = Field(
         default_factory=dict,
         description="Catalog columns to read as a field, as a JSON object of header name → "
-        "field (id, title, description, authors, year, language, isbn, or metadata to keep "
-        'one out of the fields), e.g. {"Writer": "authors"}: over the names exports use; '
+        "field (id, title, description, authors, year, language, isbn; subjects or series, "
+        "kept as metadata under that name for the subjects and series heads; or metadata to "
+        'keep one out of the fields), e.g. {"Writer": "authors"}: over the names exports use; '
         "`attend index --column 'Writer=authors'` adds to it.",
+    )
+    catalog_encoding: str | None = Field(
+        None,
+        description="The catalog text's encoding where it is not UTF-8 (latin-1, cp1252, ...): "
+        "without it, a catalog that is not UTF-8 is read as the encoding charset-normalizer "
+        "finds, and a notice names it. `attend index --encoding NAME` overrides it.",
     )
     max_delete_fraction: float = Field(
         0.5,

@@ -121,10 +121,13 @@ def book_extras(
 
 
 def _subjects(extra: dict[str, Any]) -> tuple[str, ...]:
+    """The first of SUBJECT_FIELDS the book has, its name in any case (StoryGraph's `Tags`): a
+    list, or a string of headings separated by `;`, else by `,` (Calibre's tags)."""
+    named = {k.strip().casefold(): v for k, v in extra.items() if isinstance(k, str)}
     for name in SUBJECT_FIELDS:
-        value = extra.get(name)
+        value = named.get(name)
         if isinstance(value, str):
-            value = value.split(";")
+            value = value.split(";" if ";" in value else ",")
         if isinstance(value, list):
             found = tuple(v.strip() for v in value if isinstance(v, str) and v.strip())
             if found:

@@ -237,13 +237,49 @@ def test_a_semicolon_or_tab_separated_export_is_read_and_said_so(tmp_path: Path,
     assert _notices(path)[0] == f"{path}: read as {shown}-separated (the header has no comma)"
 
 
-def test_a_row_of_another_encoding_says_to_save_as_utf8(tmp_path: Path) -> None:
+def test_a_file_of_another_encoding_is_read_as_it_and_said(tmp_path: Path) -> None:
+    """A Windows spreadsheet's "ANSI" CSV (cp1252) or Book-Crossing's Latin-1: read as the
+    encoding charset-normalizer finds, in a notice; `--encoding` names it outright."""
     path = tmp_path / "ansi.csv"
-    path.write_bytes("title,author\nCafé,Ann Smith\nDune,Frank Herbert\n".encode("cp1252"))
+    text = "title,author\nCafé Society,Ann Smith\nLes Misérables,Victor Hugo\nDune,F. Herbert\n"
+    path.write_bytes(text.encode("cp1252"))
+    assert [(b.line, b.title) for b in _books(path)] == [
+        (2, "Café Society"),
+        (3, "Les Misérables"),
+        (4, "Dune"),
+    ]
+    assert _notices(path)[0] == (
+        f"{path}: not UTF-8: read as cp1252, the encoding charset-normalizer finds in it, "
+        "converted to UTF-8 (--encoding NAME names another)"
+    )
+    with CatalogSnapshot.take(path, encoding="latin-1") as snapshot:
+        assert next(b.title for b in snapshot.records()) == "Café Society"
+        assert snapshot.notices == [f"{path}: read as iso8859-1 (--encoding), converted to UTF-8"]
+    with pytest.raises(CatalogError, match="--encoding 'klingon': no such encoding"):
+        CatalogSnapshot.take(path, encoding="klingon")
+    with pytest.raises(CatalogError, match=r"not ascii \(ordinal not in range"):
+        CatalogSnapshot.take(path, encoding="ascii")
+
+
+def test_a_utf8_file_with_a_few_rows_of_another_encoding_keeps_its_accents(
+    tmp_path: Path,
+) -> None:
+    """Most of its accented rows are UTF-8: read as another encoding every one of them would be
+    garbled, so the file stays UTF-8 and the odd row is named, at its line."""
+    path = tmp_path / "mixed.csv"
+    good = "title,author\nCafé Society,Ann Smith\nLes Misérables,Victor Hugo\n".encode()
+    path.write_bytes(good + "Über Alles,Jörg Fauser\n".encode("cp1252") + b"Dune,F. Herbert\n")
     rows = _rows(path)
-    assert isinstance(rows[0], InvalidRow) and rows[0].line == 2
-    assert rows[0].reason == "invalid UTF-8 (save the file as UTF-8: Excel's 'CSV UTF-8')"
-    assert isinstance(rows[1], CatalogRecord) and rows[1].title == "Dune"
+    assert [r.title for r in rows if isinstance(r, CatalogRecord)] == [
+        "Café Society",
+        "Les Misérables",
+        "Dune",
+    ]
+    (bad,) = [r for r in rows if isinstance(r, InvalidRow)]
+    assert (bad.line, bad.reason) == (
+        4,
+        "invalid UTF-8 (save the file as UTF-8: Excel's 'CSV UTF-8')",
+    )
 
 
 def test_a_goodreads_export_is_read_with_its_book_ids(tmp_path: Path) -> None:
@@ -268,3 +304,14 @@ def test_an_isbn_is_the_id_without_its_spreadsheet_formula(tmp_path: Path) -> No
     path.write_text('Title,ISBN13\nDune,"=""978-0441172719"""\n', encoding="utf-8")
     (dune,) = _books(path)
     assert dune.id == "9780441172719"
+
+
+def test_a_cyrillic_code_page_is_not_read_as_a_western_one(tmp_path: Path) -> None:
+    path = tmp_path / "magazin.csv"
+    text = "title,author\nВойна и мир,Лев Толстой\nПреступление и наказание,Фёдор Достоевский\n"
+    path.write_bytes(text.encode("cp1251"))
+    assert [(b.title, b.authors) for b in _books(path)] == [
+        ("Война и мир", ["Лев Толстой"]),
+        ("Преступление и наказание", ["Фёдор Достоевский"]),
+    ]
+    assert "read as cp1251" in _notices(path)[0]

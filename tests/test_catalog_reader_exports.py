@@ -84,7 +84,7 @@ def calibre(books: list[tuple[str, list[str], int, str]]) -> bytes:
 
 def librarything(books: list[tuple[str, list[str], int, str]]) -> bytes:
     """LibraryThing's TSV export: `Primary Author` and one `Secondary Author`, a `Date`, the
-    description in `Summary` (the last book's in `Review` only)."""
+    description in `Summary`, and the reader's `Review` of the last book."""
     header = [
         "Book Id", "Title", "Sort Character", "Primary Author", "Primary Author Role",
         "Secondary Author", "Secondary Author Roles", "Publication", "Date", "Review", "Rating",
@@ -95,8 +95,8 @@ def librarything(books: list[tuple[str, list[str], int, str]]) -> bytes:
         last = i == len(books) - 1
         rows.append([
             str(7000 + i), title, "1", authors[0], "Author", " ".join(authors[1:2]), "",
-            f"Ace ({year})", f"c{year}", description if last else "", "5", "", "",
-            "" if last else description, "Book", "", "English", f"[04411727{i:02d}]",
+            f"Ace ({year})", f"c{year}", "Loved every page." if last else "", "5", "", "",
+            description, "Book", "", "English", f"[04411727{i:02d}]",
         ])  # fmt: skip
     return _csv(rows, delimiter="\t")
 

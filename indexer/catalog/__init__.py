@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from indexer.catalog.columns import ColumnNames
-from indexer.catalog.formats import FORMATS, catalog_format, copy_decoded, refine
+from indexer.catalog.formats import FORMATS, as_utf8, catalog_format, copy_decoded, refine
 from indexer.catalog.jsonl_records import MAX_DEPTH
 from indexer.catalog.records import CatalogError, CatalogHeaderError, CatalogRecord, InvalidRow
 from indexer.catalog.rows import MAX_ID_CHARS, MAX_LANGUAGE_CHARS, is_valid_id
@@ -63,7 +63,9 @@ class CatalogSnapshot:
     behind however the process ends), decompressed and converted to UTF-8 on the way; `adopt`
     wraps a file that is private already (an upload spooled into one), converted the same way
     into a second one if it must be. `name` is what errors and the index name: the original
-    path. `columns`: the user's mapping of header names to fields (ColumnNames)."""
+    path. `columns`: the user's mapping of header names to fields (ColumnNames); `encoding`:
+    the text's, where it is not UTF-8 (else a text that is not is read as the encoding
+    charset-normalizer finds, formats.as_utf8)."""
 
     def __init__(
         self,
@@ -73,10 +75,18 @@ class CatalogSnapshot:
         max_row_bytes: int = MAX_ROW_BYTES,
         columns: dict[str, str] | None = None,
         notices: list[str] | None = None,
+        encoding: str | None = None,
     ):
-        self.file = file
         self.name = name
-        self.format, found = refine(file, catalog_format(name), name)
+        try:
+            self.format, found = refine(file, catalog_format(name), name)
+            if self.format not in ("marc", "marcxml"):  # MARC names its own encodings
+                file, converted = as_utf8(file, name, encoding)
+                found += converted
+        except BaseException:
+            file.close()
+            raise
+        self.file = file
         self.max_row_bytes = max_row_bytes
         self.names = _names(columns)
         self.notices = [*(notices or []), *found]  # how the bytes were read
@@ -89,6 +99,7 @@ class CatalogSnapshot:
         *,
         max_row_bytes: int = MAX_ROW_BYTES,
         columns: dict[str, str] | None = None,
+        encoding: str | None = None,
     ) -> CatalogSnapshot:
         path = Path(path)
         catalog_format(path)
@@ -109,6 +120,7 @@ class CatalogSnapshot:
                     max_row_bytes=max_row_bytes,
                     columns=columns,
                     notices=notices,
+                    encoding=encoding,
                 )
             except BaseException:
                 copy.close()
@@ -122,6 +134,7 @@ class CatalogSnapshot:
         name: str,
         max_row_bytes: int = MAX_ROW_BYTES,
         columns: dict[str, str] | None = None,
+        encoding: str | None = None,
     ) -> CatalogSnapshot:
         file.seek(0)
         head = file.read(4)
@@ -138,7 +151,14 @@ class CatalogSnapshot:
                 file.close()
             file = copy
         file.seek(0)
-        return cls(file, name=name, max_row_bytes=max_row_bytes, columns=columns, notices=notices)
+        return cls(
+            file,
+            name=name,
+            max_row_bytes=max_row_bytes,
+            columns=columns,
+            notices=notices,
+            encoding=encoding,
+        )
 
     def scan(self) -> Iterator[CatalogRecord | InvalidRow]:
         """Every row in file order, parsed, or the reason it cannot be (from the start)."""

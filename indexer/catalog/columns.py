@@ -28,15 +28,17 @@ METADATA = "metadata"  # what a user's mapping names to keep a known name out of
 # the name a column is known by → the field it holds; earlier names win when a row has several
 _ALIASES: dict[str, tuple[str, ...]] = {
     "id": ("id", "book_id"),  # Goodreads' and LibraryThing's export: "Book Id"
-    "title": ("title",),
-    # Calibre's is `comments` (HTML, reduced to text); LibraryThing's `Summary`, else `Review`
-    "description": ("description", "summary", "synopsis", "blurb", "comments", "review"),
-    "authors": ("authors", "author", "author_name", "primary_author"),
+    "title": ("title", "book_title"),  # Book-Crossing's BX-Books.csv: "Book-Title"
+    # Calibre's is `comments` (HTML, reduced to text); LibraryThing's `Summary`. A `Review`
+    # (LibraryThing's, StoryGraph's) is the reader's, not the book's: metadata
+    "description": ("description", "summary", "synopsis", "blurb", "comments"),
+    "authors": ("authors", "author", "author_name", "primary_author", "book_author"),
     MORE_AUTHORS: ("additional_authors", "secondary_author", "secondary_authors"),
     # Goodreads: the first edition's year, else this edition's; Calibre and LibraryThing: a date
     "year": (
         "year",
         "original_publication_year",
+        "year_of_publication",  # Book-Crossing's
         "year_published",
         "publication_year",
         "first_publish_year",
@@ -45,10 +47,13 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "published",
         "date",
     ),
-    "language": ("language",),
-    ISBN: ("isbn13", "isbn_13", "isbn"),
+    "language": ("language", "language_code"),  # goodbooks-10k's `language_code`
+    ISBN: ("isbn13", "isbn_13", "isbn", "isbn/uid"),  # StoryGraph's "ISBN/UID"
 }
-MAPPABLE = (*FIELDS, ISBN, METADATA)  # what a user's mapping may name
+# metadata a user's mapping may name, which the service reads under this name: a column of
+# subject headings or tags (the subjects head), of series (the series head)
+NAMED_METADATA = ("subjects", "series")
+MAPPABLE = (*FIELDS, ISBN, *NAMED_METADATA, METADATA)  # what a user's mapping may name
 DATE_NAMES = frozenset({"pubdate", "publication_date", "published", "date"})  # text: its year
 _FIELD_OF = {name: f for f, names in _ALIASES.items() for name in names}
 _RANK = {name: i for names in _ALIASES.values() for i, name in enumerate(names)}
@@ -64,6 +69,7 @@ _LOOKALIKE = (
 # author-, year- or description-like names that are not those fields: a sort key, a role, an id
 _NOT_LOOKALIKE = re.compile(r"_(l_f|sort|roles?|ids?|count|link|url)$|^(author_sort|publisher)$")
 _ISBN_NOISE = re.compile(r"[\s\-]")
+_LIFE_DATES = re.compile(r"\d{3,4}")  # "1892-1973" in a library's heading
 _SLUG_DROP = re.compile(r"[^a-z0-9]+")
 
 
@@ -90,6 +96,25 @@ def date_year(name: str, value: str) -> int | None:
         return None
     found = _DATE_YEAR.search(value)
     return int(found.group(1)) if found else None
+
+
+# a year cell as spreadsheets and library exports write it: "2008.0" (goodbooks-10k's, a float
+# column), "c1998", "[1998?]", "1998-2001" (its first year), "March 2008", "-720"
+_FLOAT_YEAR = re.compile(r"(-?\d{1,9})\.0*")
+_SIGNED = re.compile(r"-\d{1,9}")
+_DECIMAL = re.compile(r"-?\d+[.,]\d+")
+
+
+def cell_year(cell: str) -> int | str:
+    """A CSV year cell as the year it says, or the cell itself where it says none (the row's
+    check then names it). 0 is a year no calendar has: exports write it for "unknown" (Book-
+    Crossing's), so the caller reads it as none."""
+    if found := _FLOAT_YEAR.fullmatch(cell) or _SIGNED.fullmatch(cell):
+        return int(found.group(1) if found.re is _FLOAT_YEAR else found.group())
+    if _DECIMAL.fullmatch(cell):
+        return cell  # 1999.5: a number, and no year
+    found = _DATE_YEAR.search(cell)
+    return int(found.group(1)) if found else cell
 
 
 def is_date(name: str) -> bool:
@@ -152,15 +177,27 @@ def header_problem(names: list[str], known: ColumnNames = NAMES) -> str | None:
 
 def split_authors(text: str) -> list[str]:
     """A cell of authors as a list. `;` and ` & ` (Calibre's) always separate; `,` separates
-    only when every name between the commas has two words or more ("Neil Gaiman, Terry
-    Pratchett"), so a single "Herbert, Frank" or "Tolkien, J. R. R." stays one name."""
+    when every name between the commas has two words or more ("Neil Gaiman, Terry
+    Pratchett"), or when there are three names or more ("Homer, Robert Fagles, E.V. Rieu":
+    goodbooks-10k's), none of them a date; so a single "Herbert, Frank" or "Tolkien, J. R. R."
+    stays one name, and "Tolkien, J. R. R., 1892-1973" too."""
     if ";" in text or " & " in text:
         parts = re.split(r";| & ", text)
     else:
-        parts = text.split(",")
-        if len([p for p in parts if p.strip()]) > 1 and any(len(p.split()) < 2 for p in parts):
+        parts = [p for p in text.split(",") if p.strip()]
+        listed = len(parts) >= 3 and not any(_LIFE_DATES.search(p) for p in parts)
+        if len(parts) > 1 and not listed and any(len(p.split()) < 2 for p in parts):
             parts = [text]
     return [p.strip() for p in parts if p.strip()]
+
+
+# Excel shows a 13-digit ISBN as a number in scientific notation, and saves it so: 9.78044E+12
+_SCIENTIFIC = re.compile(r"\d(?:\.\d+)?E\+\d+", re.IGNORECASE)
+
+
+def excel_number(value: str) -> bool:
+    """Whether `value` is a long number as Excel writes it (9.78044E+12): its digits lost."""
+    return _SCIENTIFIC.fullmatch(value.strip()) is not None
 
 
 def unwrap_formula(cell: str) -> str:

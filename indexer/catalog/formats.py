@@ -18,9 +18,12 @@ from __future__ import annotations
 import codecs
 import gzip
 import re
+import tempfile
 import zlib
 from pathlib import Path
 from typing import IO, cast
+
+import charset_normalizer
 
 from indexer.catalog.records import CatalogError
 
@@ -49,6 +52,7 @@ _LEADER = re.compile(rb"\d{5}[a-z ]{5}22\d{5}")
 _GZIP = b"\x1f\x8b"
 _UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 _CHUNK = 1024 * 1024
+_SAMPLE = 1024 * 1024  # bytes of non-ASCII lines charset-normalizer reads to name an encoding
 
 
 def catalog_format(name: str | Path) -> str:
@@ -146,3 +150,88 @@ def _first_character(file: IO[bytes]) -> str:
         return ""
     finally:
         file.seek(0)
+
+
+def as_utf8(file: IO[bytes], name: str, encoding: str | None) -> tuple[IO[bytes], list[str]]:
+    """The text `file` (decoded: no gzip, no UTF-16) as UTF-8: itself when it is UTF-8 and no
+    `encoding` is given; else a new temporary file of it read as `encoding`, or as the encoding
+    charset-normalizer finds in its non-ASCII lines (Book-Crossing's Latin-1, a Windows
+    shop's cp1252), with a notice naming it. A file that is mostly UTF-8 with a few bad bytes
+    stays as it is: those rows are named, as rows. CatalogError for an encoding the bytes do
+    not decode in, or one Python does not know."""
+    if encoding is not None:
+        try:
+            codec = codecs.lookup(encoding).name
+        except LookupError:
+            raise CatalogError([], f"--encoding {encoding!r}: no such encoding") from None
+        if codec == "utf-8":
+            return file, []
+        said = f"{name}: read as {codec} (--encoding), converted to UTF-8"
+    else:
+        sample = _non_utf8_sample(file)
+        if sample is None:
+            return file, []
+        matches = charset_normalizer.from_bytes(sample)
+        best = matches.best()
+        if best is None or codecs.lookup(best.encoding).name in ("utf-8", "ascii"):
+            return file, []
+        # a few accented letters read as well in several code pages (the same text, or text
+        # as coherent): Windows' Western one, where it is among them, is the likeliest
+        tied = [m for m in matches if (m.chaos, m.coherence) == (best.chaos, best.coherence)]
+        western = any("cp1252" in m.could_be_from_charset for m in tied)
+        found = "cp1252" if western else best.encoding
+        codec = codecs.lookup(found).name
+        said = (
+            f"{name}: not UTF-8: read as {codec}, the encoding charset-normalizer finds in it, "
+            "converted to UTF-8 (--encoding NAME names another)"
+        )
+    copy = tempfile.TemporaryFile()  # noqa: SIM115  # the snapshot's: closed by it
+    try:
+        file.seek(0)
+        reader = codecs.getreader(codec)(file)  # strict
+        while text := reader.read(_CHUNK):
+            copy.write(text.encode("utf-8", "surrogatepass"))
+    except UnicodeDecodeError as e:
+        copy.close()
+        raise CatalogError(
+            [],
+            f"{name}: not {codec} ({e.reason} at a byte {e.object[e.start : e.end]!r}); "
+            "name its encoding: attend index --encoding NAME (ATTEND_CATALOG_ENCODING)",
+        ) from None
+    file.close()
+    copy.seek(0)
+    return copy, [said]
+
+
+def _non_utf8_sample(file: IO[bytes]) -> bytes | None:
+    """None when `file` is UTF-8, or UTF-8 in most of its non-ASCII lines (a UTF-8 file with a
+    few damaged rows, which read as another encoding would garble every accent: its bad rows
+    are named instead); else its lines that hold non-ASCII bytes, up to _SAMPLE bytes of them
+    (what tells an encoding from another)."""
+    file.seek(0)
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    valid = True
+    try:
+        while chunk := file.read(_CHUNK):
+            decoder.decode(chunk)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        valid = False
+    if valid:
+        file.seek(0)
+        return None
+    file.seek(0)
+    sample = bytearray()
+    utf8 = other = 0
+    for line in file:
+        if not line.isascii():
+            sample += line
+            try:
+                line.decode("utf-8")
+                utf8 += 1
+            except UnicodeDecodeError:
+                other += 1
+            if len(sample) >= _SAMPLE:
+                break
+    file.seek(0)
+    return None if utf8 >= other else bytes(sample)

@@ -45,6 +45,7 @@ class ParsedRow:
     id_from: str  # "id", the ISBN column it came from, or "" when derived from title and authors
     read_as: dict[str, str] = field(default_factory=dict)  # a column under another name → field
     fields: frozenset[str] = frozenset()  # the fields read from a column of the row
+    excel_isbn: str = ""  # the ISBN column whose value Excel turned into 9.78044E+12
 
 
 def is_valid_id(book_id: str) -> bool:
@@ -68,6 +69,7 @@ def parse_row(raw: dict[str, Any], line: int, names: ColumnNames = NAMES) -> Par
     description = _text(picked, "description", problems)
     if description is not None and looks_like_html(description):
         description = html_to_text(description) or None  # Calibre's comments
+    excel_isbn = _excel_isbn(picked)
     book_id, id_from = _id(picked, title, authors, extra, problems)
     if problems:
         raise RowError("; ".join(problems))
@@ -83,7 +85,20 @@ def parse_row(raw: dict[str, Any], line: int, names: ColumnNames = NAMES) -> Par
         line=line,
     )
     read_as = {key: f for f, (key, _) in picked.items() if f not in (key, columns.ISBN)}
-    return ParsedRow(record, id_from, read_as, frozenset(picked))
+    for name in columns.NAMED_METADATA:  # mapped by the user: kept under the service's name
+        if name in picked:
+            extra[name] = picked[name][1]
+    return ParsedRow(record, id_from, read_as, frozenset(picked), excel_isbn)
+
+
+def _excel_isbn(picked: dict[str, tuple[str, Any]]) -> str:
+    """The ISBN column's name where Excel wrote its number as 9.78044E+12 (digits lost: no
+    id), which is then read as no ISBN; "" otherwise."""
+    key, value = picked.get(columns.ISBN, ("", None))
+    if isinstance(value, str) and columns.excel_number(value):
+        del picked[columns.ISBN]  # kept in metadata as it is
+        return key
+    return ""
 
 
 def _pick(
@@ -181,6 +196,8 @@ def _authors(picked: dict[str, tuple[str, Any]], problems: list[str]) -> list[st
 
 def _year(picked: dict[str, tuple[str, Any]], problems: list[str]) -> int | None:
     key, year = picked.get("year", ("year", None))
+    if isinstance(year, float) and year.is_integer() and abs(year) < 2**31:
+        year = int(year)  # 2008.0: a spreadsheet's number
     if isinstance(year, str) and re.fullmatch(r"-?\d{21,}", year):  # a CSV cell's many digits
         problems.append(f"{key!r} {clip(year)} out of range {YEAR_MIN} to {YEAR_MAX}")
     elif isinstance(year, HugeInt):
@@ -190,7 +207,7 @@ def _year(picked: dict[str, tuple[str, Any]], problems: list[str]) -> int | None
     elif year is not None and not YEAR_MIN <= year <= YEAR_MAX:
         problems.append(f"{key!r} {year} out of range {YEAR_MIN} to {YEAR_MAX}")
     else:
-        return year
+        return year or None  # 0: "unknown" in exports (no calendar has a year 0)
     return None
 
 

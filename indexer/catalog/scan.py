@@ -65,6 +65,8 @@ class CatalogScan:
         self._fields: set[str] = set()  # the fields some row read from a column
         self._unnamed: list[int] = []
         self._first_derived: CatalogRecord | None = None
+        self._excel: tuple[str, CatalogRecord] | None = None  # an ISBN Excel turned to 9.7E+12
+        self._excel_count = 0
         self._derived_count = 0
         self._delimiter = ","
         self._tabs = False  # tab-separated by the file's name (.tsv)
@@ -121,6 +123,9 @@ class CatalogScan:
         self._fields.update(parsed.fields)
         if parsed.id_from and parsed.id_from != "id":
             self._read_as[parsed.id_from] = "the id"
+        if parsed.excel_isbn:
+            self._excel_count += 1
+            self._excel = self._excel or (parsed.excel_isbn, parsed.record)
         if not parsed.id_from:
             self._derived_count += 1
             self._first_derived = self._first_derived or parsed.record
@@ -137,6 +142,14 @@ class CatalogScan:
         if self._read_as:
             read = ", ".join(f"{k!r} as {f}" for k, f in self._read_as.items())
             out.append(f"{self.name}: read {read}")
+        if self._excel is not None:
+            key, book = self._excel
+            out.append(
+                f"{self.name}: {self._excel_count} book(s) have an ISBN as Excel writes a long "
+                f"number (line {book.line}: {key!r} is {book.extra[key]!r}): its digits are "
+                "lost, so it is no id; format the column as text in Excel before saving, or "
+                "export the catalog again from where it came"
+            )
         if (first := self._first_derived) is not None:
             out.append(
                 f"{self.name}: {self._derived_count} book(s) without an id or ISBN got an id "
@@ -218,6 +231,8 @@ def _csv_row(names: list[str], kinds: list[str | None], cells: list[str]) -> dic
                 row[name] = None
         elif kind == "year" and _SHORT_INT.fullmatch(cell):
             row[name] = int(cell)
+        elif kind == "year":
+            row[name] = columns.cell_year(cell)
         else:
             row[name] = cell
     return row

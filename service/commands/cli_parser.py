@@ -102,11 +102,14 @@ def _add_index(sub: Commands) -> None:
     p = sub.add_parser(
         "index",
         parents=[_common_options()],
-        help="index a catalog (.jsonl, .json, .csv, .tsv, or .gz of one) into the database",
+        help="index a catalog (.jsonl, .json, .csv, .tsv, .mrc, .xml, or .gz of one) into the "
+        "database",
         description=INDEX_DESCRIPTION,
     )
     p.add_argument(
-        "path", metavar="CATALOG", help="the catalog file: .jsonl, .json, .csv, .tsv (or .gz)"
+        "path",
+        metavar="CATALOG",
+        help="the catalog file: .jsonl, .json, .csv, .tsv, .mrc (MARC21), .xml (MARCXML) (or .gz)",
     )
     p.add_argument(
         "--skip-invalid",
@@ -118,8 +121,16 @@ def _add_index(sub: Commands) -> None:
         action="append",
         metavar="HEADER=FIELD",
         help="read the catalog column HEADER as FIELD (id, title, description, authors, year, "
-        "language, isbn; or metadata: keep it out of the fields), over the names exports use "
-        "and ATTEND_CATALOG_COLUMNS; repeatable, e.g. --column 'Writer=authors'",
+        "language, isbn; subjects or series, for those heads; or metadata: keep it out of the "
+        "fields), over the names exports use and ATTEND_CATALOG_COLUMNS; repeatable, e.g. "
+        "--column 'Writer=authors'",
+    )
+    p.add_argument(
+        "--encoding",
+        metavar="NAME",
+        help="the catalog text's encoding where it is not UTF-8, e.g. latin-1 (default: "
+        "ATTEND_CATALOG_ENCODING, else UTF-8, and a catalog that is not is read as the encoding "
+        "charset-normalizer finds, named in a notice)",
     )
     p.add_argument(
         "--batch-size",

@@ -70,8 +70,9 @@ def _index_command(args: argparse.Namespace) -> int:
                 )
                 return 0
         columns = {**settings.catalog_columns, **column_options(getattr(args, "column", None))}
+        encoding = getattr(args, "encoding", None) or settings.catalog_encoding
         with CatalogSnapshot.take(
-            args.path, max_row_bytes=settings.max_row_bytes, columns=columns
+            args.path, max_row_bytes=settings.max_row_bytes, columns=columns, encoding=encoding
         ) as catalog:
             # checked before the model loads and the database is touched: a bad header or bad
             # rows answer in a second, not after the encoder's seconds (or minutes) of loading
