@@ -43,7 +43,7 @@ def empty_message(path: str | Path, rejected: list[InvalidRow]) -> str:
     return (
         f"{path} holds no valid book: {why}. As a snapshot it would remove every book of the "
         "index, so nothing was written; check that it is the catalog you meant (its format "
-        "must match its suffix: .jsonl, .json, .csv, .tsv, .mrc or .xml, or .gz of one), or "
+        "must match its suffix: .jsonl, .json, .csv, .tsv, .xlsx, .mrc or .xml, or .gz of one), or "
         "remove books with "
         "`attend delete ID …`"
     )

@@ -183,13 +183,16 @@ def test_reindex_requests_that_name_no_catalog_are_422(
 ) -> None:
     client, _ = admin
     for body, message in (
-        ({"catalog": str(tmp_path / "missing.jsonl")}, "is not a .jsonl, .csv, .mrc or .xml file"),
+        (
+            {"catalog": str(tmp_path / "missing.jsonl")},
+            "is not a .jsonl, .csv, .xlsx, .mrc or .xml file",
+        ),
         ({"path": "x"}, "catalog: Field required"),
     ):
         r = client.post("/admin/reindex", json=body, headers=AUTH)
         assert r.status_code == 422 and message in r.json()["detail"], r.text
     r = client.post("/admin/reindex", files={"catalog": ("a.txt", b"x")}, headers=AUTH)
-    assert r.status_code == 422 and ".jsonl, .csv, .mrc or .xml" in r.json()["detail"]
+    assert r.status_code == 422 and ".jsonl, .csv, .xlsx, .mrc or .xml" in r.json()["detail"]
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"id": "x"}])
     r = client.post("/admin/reindex", json={"catalog": str(bad)}, headers=AUTH)
     failed = _wait_job(client, r.json()["id"])

@@ -80,7 +80,7 @@ def test_a_catalog_path_longer_than_the_os_allows_is_422(client: TestClient) -> 
     path = "/tmp/" + "a" * 5000 + ".jsonl"
     r = client.post("/admin/reindex", json={"catalog": path}, headers=AUTH)
     assert r.status_code == 422, r.text
-    assert "is not a .jsonl, .csv, .mrc or .xml file on the server" in r.json()["detail"]
+    assert "is not a .jsonl, .csv, .xlsx, .mrc or .xml file on the server" in r.json()["detail"]
 
 
 @pytest.mark.parametrize("route", ["/search", "/recommend", "/admin/reindex"])

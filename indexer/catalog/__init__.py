@@ -80,7 +80,7 @@ class CatalogSnapshot:
         self.name = name
         try:
             self.format, found = refine(file, catalog_format(name), name)
-            if self.format not in ("marc", "marcxml"):  # MARC names its own encodings
+            if self.format not in ("marc", "marcxml", "xlsx"):  # each names its own encodings
                 file, converted = as_utf8(file, name, encoding)
                 found += converted
         except BaseException:

@@ -38,18 +38,21 @@ FORMATS = {
     ".mrc": "marc",
     ".marc": "marc",
     ".xml": "marcxml",
+    ".xlsx": "xlsx",
 }
-KNOWN = ".jsonl, .json, .csv, .tsv, .mrc (MARC21) or .xml (MARCXML), or .gz of one"
+KNOWN = ".jsonl, .json, .csv, .tsv, .xlsx, .mrc (MARC21) or .xml (MARCXML), or .gz of one"
 NAMES = {
     "jsonl": "one JSON object a line",
     "json": "a JSON array",
     "marc": "MARC21",
     "marcxml": "MARCXML",
+    "xlsx": "an Excel workbook",
 }
 # a MARC21 leader: the record's length, codes, "22" (indicator and subfield code counts), the
 # data's base address; what every ISO 2709 record starts with
 _LEADER = re.compile(rb"\d{5}[a-z ]{5}22\d{5}")
 _GZIP = b"\x1f\x8b"
+_ZIP = b"PK\x03\x04"  # an .xlsx is a zip of XML
 _UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 _CHUNK = 1024 * 1024
 _SAMPLE = 1024 * 1024  # bytes of non-ASCII lines charset-normalizer reads to name an encoding
@@ -109,6 +112,8 @@ def refine(file: IO[bytes], fmt: str, name: str) -> tuple[str, list[str]]:
     first = _first_character(file)
     if _LEADER.match(head):
         found, why = "marc", "it starts with a MARC21 leader"
+    elif head.startswith(_ZIP):
+        found, why = "xlsx", "its bytes are a zip, as a workbook's"
     elif first == "<" and fmt != "marcxml":
         found, why = "marcxml", "its first character is '<'"
     elif fmt == "marcxml" and first != "<":

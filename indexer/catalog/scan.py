@@ -18,11 +18,13 @@ from indexer.catalog.jsonl_records import jsonl_rows
 from indexer.catalog.marc_records import MarcStats, marc21_rows, marcxml_rows
 from indexer.catalog.records import CatalogHeaderError, CatalogRecord, InvalidRow
 from indexer.catalog.rows import ParsedRow, RowError, parse_row
+from indexer.catalog.xlsx_records import xlsx_rows
 
 _SHORT_INT = re.compile(r"-?\d{1,20}")  # int() of 4,300 digits raises: parse_row names those
 _ESCAPED = re.compile("[\udc80-\udcff]")
 _SHOWN = 10  # metadata columns named in the notice
 _KEPT_NAMES = 10_000
+_TITLE_ROWS = 10  # rows above a table's header a spreadsheet may have (a title, a date)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class CatalogScan:
             self._rows = jsonl_rows(f, max_row_bytes)
         elif fmt == "json":
             self._rows = json_array_rows(f, max_row_bytes)
+        elif fmt == "xlsx":
+            self._rows = self._table(xlsx_rows(f, max_row_bytes, name), sheet=True)
         else:
             self._rows = self._csv(f, max_row_bytes, tabs=fmt == "tsv")
         self._metadata: dict[str, None] = {}  # ordered set: the first row's order
@@ -70,6 +74,7 @@ class CatalogScan:
         self._derived_count = 0
         self._delimiter = ","
         self._tabs = False  # tab-separated by the file's name (.tsv)
+        self._above: list[int] = []  # the lines above the header row, skipped
 
     def __iter__(self) -> Iterator[CatalogRecord | InvalidRow]:
         seen: dict[str, int] = {}
@@ -179,6 +184,16 @@ class CatalogScan:
                 f"one, map it: attend index --column {shlex.quote(f'{k}={g}')} (or "
                 f'ATTEND_CATALOG_COLUMNS=\'{{"{k}": "{g}"}}\')'
             )
+        if self._above:
+            lines = (
+                str(self._above[0])
+                if len(self._above) == 1
+                else f"{self._above[0]}-{self._above[-1]}"
+            )
+            out.append(
+                f"{self.name}: the header is the first row with a title column: line(s) "
+                f"{lines} above it (a spreadsheet's title rows) were not read"
+            )
         if self._unnamed:
             which = ", ".join(map(str, self._unnamed))
             out.append(f"{self.name}: column(s) {which} of the header have no name: not read")
@@ -189,15 +204,21 @@ class CatalogScan:
     ) -> Iterator[tuple[int, dict[str, Any] | str]]:
         self._tabs = tabs
         self._delimiter = "\t" if tabs else delimiter_of(f, limit)
-        rows = csv_rows(f, limit, self._delimiter)
-        for line, cells in rows:
-            if isinstance(cells, str):
-                self._header_error(line, f"CSV header cannot be read: {cells}")
-            if any(c.strip() for c in cells):
-                break
-        else:
+        yield from self._table(csv_rows(f, limit, self._delimiter))  # lazily, as the read goes
+
+    def _table(
+        self, rows: Iterator[tuple[int, list[str] | str]], *, sheet: bool = False
+    ) -> Iterator[tuple[int, dict[str, Any] | str]]:
+        """The rows of a table (a CSV, a `sheet`) keyed by its header: the first non-blank row,
+        or where that has no title column, the first of the next rows that has one (a
+        spreadsheet's title rows above it are skipped). A sheet's rows are as wide as the
+        sheet: its empty columns right of the header's last name are no columns."""
+        if (header := self._header(rows)) is None:
             return  # an empty file: no rows
-        names = [c.strip() for c in cells]
+        line, head = header
+        names = [c.strip() for c in head]
+        while sheet and names and not names[-1]:
+            names.pop()
         if any(_has_surrogate(n) for n in names):
             self._header_error(line, "CSV header is not valid UTF-8: save the file as UTF-8")
         if (problem := columns.header_problem(names, self._names)) is not None:
@@ -208,10 +229,34 @@ class CatalogScan:
             if isinstance(cells, str):
                 yield line, cells
             elif any(c.strip() for c in cells):  # a blank line is no row
-                yield line, _csv_row(names, kinds, cells)
+                yield line, _csv_row(names, kinds, _fit(cells, len(names)) if sheet else cells)
+
+    def _header(self, rows: Iterator[tuple[int, list[str] | str]]) -> tuple[int, list[str]] | None:
+        """The header row (None for a file of blank rows): the first non-blank row with a title
+        column, _TITLE_ROWS rows down at most; else the first, whose problem is named."""
+        above: list[tuple[int, list[str]]] = []
+        for line, cells in rows:
+            if isinstance(cells, str):
+                self._header_error(line, f"CSV header cannot be read: {cells}")
+            if not any(c.strip() for c in cells):
+                continue
+            if any(self._names.field_of(c.strip()) == "title" for c in cells):
+                self._above = [n for n, _ in above]
+                return line, cells
+            above.append((line, cells))
+            if len(above) > _TITLE_ROWS:
+                break
+        return above[0] if above else None
 
     def _header_error(self, line: int, reason: str) -> NoReturn:
         raise CatalogHeaderError(InvalidRow(self.name, line, reason))
+
+
+def _fit(cells: list[str], width: int) -> list[str]:
+    """A sheet's row as wide as its header, where the cells past it are empty."""
+    if any(c.strip() for c in cells[width:]):
+        return cells  # the row's check names its columns
+    return cells[:width] + [""] * (width - len(cells))
 
 
 def _csv_row(names: list[str], kinds: list[str | None], cells: list[str]) -> dict[str, Any] | str:

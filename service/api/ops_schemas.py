@@ -31,7 +31,7 @@ class ReindexRequest(BaseModel):
 
     catalog: str = Field(
         min_length=1,
-        description="Path of a .jsonl, .csv, .mrc (MARC21) or .xml (MARCXML) catalog on the "
+        description="Path of a .jsonl, .csv, .xlsx, .mrc (MARC21) or .xml (MARCXML) catalog on the "
         "server (or upload one as the multipart/form-data file field `catalog`).",
     )
     keep_missing: bool = Field(

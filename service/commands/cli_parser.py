@@ -102,14 +102,15 @@ def _add_index(sub: Commands) -> None:
     p = sub.add_parser(
         "index",
         parents=[_common_options()],
-        help="index a catalog (.jsonl, .json, .csv, .tsv, .mrc, .xml, or .gz of one) into the "
-        "database",
+        help="index a catalog (.jsonl, .json, .csv, .tsv, .xlsx, .mrc, .xml, or .gz of one) into "
+        "the database",
         description=INDEX_DESCRIPTION,
     )
     p.add_argument(
         "path",
         metavar="CATALOG",
-        help="the catalog file: .jsonl, .json, .csv, .tsv, .mrc (MARC21), .xml (MARCXML) (or .gz)",
+        help="the catalog file: .jsonl, .json, .csv, .tsv, .xlsx, .mrc (MARC21), .xml (MARCXML) "
+        "(or .gz)",
     )
     p.add_argument(
         "--skip-invalid",

@@ -20,7 +20,7 @@ from service.engine.reindex_jobs import Job, ReindexJobs
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[AdminDep])
 
-_SUFFIXES = (".jsonl", ".ndjson", ".csv", ".mrc", ".marc", ".xml")  # .xml: MARCXML
+_SUFFIXES = (".jsonl", ".ndjson", ".csv", ".xlsx", ".mrc", ".marc", ".xml")  # .xml: MARCXML
 _UPLOAD_BODY = {
     "content": {
         "application/json": {"schema": ReindexRequest.model_json_schema()},
@@ -60,7 +60,8 @@ async def reindex(request: Request, response: Response, jobs: JobsDep) -> JobOut
         path = Path(body.catalog)
         if path.suffix.lower() not in _SUFFIXES or not _is_file(path):
             raise BadCatalogRequestError(
-                f"catalog {body.catalog!r} is not a .jsonl, .csv, .mrc or .xml file on the server"
+                f"catalog {body.catalog!r} is not a .jsonl, .csv, .xlsx, .mrc or .xml file on the "
+                "server"
             )
         job = jobs.submit(
             path,
@@ -96,7 +97,7 @@ async def _submit_upload(request: Request, jobs: ReindexJobs) -> Job:
         suffix = Path(upload.filename or "").suffix.lower()
         if suffix not in _SUFFIXES:
             raise BadCatalogRequestError(
-                f"the uploaded catalog must be .jsonl, .csv, .mrc or .xml, not {suffix!r}"
+                f"the uploaded catalog must be .jsonl, .csv, .xlsx, .mrc or .xml, not {suffix!r}"
             )
 
         name = upload.filename or f"upload{suffix}"
