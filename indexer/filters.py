@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from indexer.book_columns import BookColumns
+from indexer.languages import language_key
 from indexer.text_column import RowLookup
 
 MASKS_CACHED = 64
@@ -25,7 +26,7 @@ class Filters:
     author: str | None = None  # substring of any author's name
     year_min: int | None = None  # inclusive; books without a year are left out
     year_max: int | None = None
-    language: str | None = None  # the catalog's language code, exactly
+    language: str | None = None  # a language code in any ISO 639 form (indexer/languages.py)
     exclude: frozenset[str] = frozenset()  # ids left out (the books a similar query starts from)
 
     @property
@@ -68,7 +69,7 @@ class FilterColumns:
         # has a few languages, and many books share their authors
         languages: dict[str | None, str] = {}
         language = [
-            languages.get(lang) or languages.setdefault(lang, (lang or "").casefold())
+            languages.get(lang) or languages.setdefault(lang, language_key(lang))
             for lang in (books.languages[r] for r in rows)
         ]
         authors: dict[tuple[str, ...], str] = {}
@@ -127,7 +128,7 @@ class FilterColumns:
         if filters.year_max is not None:
             keep &= self._year <= filters.year_max
         if filters.language is not None:
-            lang = filters.language.casefold()
+            lang = language_key(filters.language)
             keep &= torch.tensor([x == lang for x in self._language], dtype=torch.bool)
         if filters.author is not None:
             name = filters.author.casefold()

@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from indexer import store
+from indexer.languages import language_key
 from indexer.schema import Book, Generation
 
 
@@ -66,7 +67,7 @@ def index_stats(*, session: Session) -> IndexStats:
             with_year += 1
             years.append(year)
         if language:
-            languages[language] += 1
+            languages[language_key(language)] += 1
     return IndexStats(
         active.id,
         catalog=active.catalog,

@@ -101,7 +101,8 @@ class PageAndFilters(BaseModel):
         None,
         min_length=1,
         max_length=64,
-        description="Keep books in this language code (as in the catalog).",
+        description="Keep books in this language: a code in any ISO 639 form, matched as the "
+        "language it names (fr, fre, fra and fr-CA are one).",
     )
     heads: HeadWeights | None = Field(
         None,

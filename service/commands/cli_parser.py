@@ -244,7 +244,10 @@ def _add_search(sub: Commands) -> None:
     p.add_argument("--author", help="keep books with an author whose name contains this")
     p.add_argument("--year-min", type=int, metavar="YEAR", help="keep books from this year on")
     p.add_argument("--year-max", type=int, metavar="YEAR", help="keep books up to this year")
-    p.add_argument("--language", help="keep books in this language (the catalog's code)")
+    p.add_argument(
+        "--language",
+        help="keep books in this language: a code in any ISO 639 form (fr, fre, fra, fr-CA: one)",
+    )
     p.add_argument(
         "--heads",
         metavar="WEIGHTS",
