@@ -8,7 +8,9 @@ indexed on both databases where what is stored matters."""
 from __future__ import annotations
 
 import csv
+import gzip
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -229,3 +231,80 @@ def test_a_year_cell_as_exports_write_it(cell: str, year: int | str) -> None:
 )
 def test_a_cell_of_authors_is_split_as_its_commas_say(cell: str, names: list[str]) -> None:
     assert split_authors(cell) == names
+
+
+OPEN_LIBRARY = [
+    {
+        "type": "/type/edition",
+        "key": "/books/OL10000135M",
+        "title": "Gardens of the Sun",
+        "subtitle": "a history",
+        "publishers": ["Bernan Press"],
+        "isbn_10": ["0890423838"],
+        "isbn_13": ["9780890423837"],
+        "authors": [{"key": "/authors/OL2674389A"}],
+        "publish_date": "March 2008",
+        "languages": [{"key": "/languages/fre"}],
+        "works": [{"key": "/works/OL8218745W"}],
+        "description": {"type": "/type/text", "value": "Plants and the light they need."},
+        "subjects": ["Gardening", "Sun"],
+        "series": ["Bernan garden books"],
+    },
+    {"type": "/type/author", "key": "/authors/OL2674389A", "name": "Ann Gardener"},
+    {
+        "type": "/type/work",
+        "key": "/works/OL8218745W",
+        "title": "Gardens of the Sun",
+        "authors": [{"type": {"key": "/type/author_role"}, "author": {"key": "/authors/OL1A"}}],
+        "description": "About gardens in the sun.",
+        "first_publish_date": "2003-05-01",
+    },
+    {"type": "/type/redirect", "key": "/books/OL3M", "location": "/books/OL10000135M"},
+]
+
+
+def open_library(folder: Path) -> Path:
+    """An Open Library dump as its site publishes it: gzipped, tab-separated, JSON last."""
+    text = "".join(
+        f"{r['type']}\t{r['key']}\t3\t2010-04-24T17:54:01.503315\t{json.dumps(r)}\n"
+        for r in OPEN_LIBRARY
+    )
+    path = folder / "ol_dump_editions_2026-11-30.txt.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    return path
+
+
+def test_an_open_library_dump_is_read_as_published(engine: Engine, tmp_path: Path) -> None:
+    path = open_library(tmp_path)
+    books, bad, notices = _read(path)
+    assert bad == []
+    edition, work = books
+    assert (edition.id, edition.title, edition.year, edition.language) == (
+        "OL10000135M",
+        "Gardens of the Sun: a history",
+        2008,
+        "fre",
+    )
+    assert edition.description == "Plants and the light they need."
+    assert edition.authors == []  # named by key only: the authors dump has the names
+    assert edition.extra == {
+        "isbn": "9780890423837",
+        "author_keys": ["OL2674389A"],
+        "publisher": "Bernan Press",
+        "subjects": ["Gardening", "Sun"],
+        "works": ["OL8218745W"],
+        "other_series": ["Bernan garden books"],
+    }
+    assert (work.id, work.year, work.description) == (
+        "OL8218745W",
+        2003,
+        "About gardens in the sun.",
+    )
+    assert work.extra["author_keys"] == ["OL1A"]
+    assert notices == [
+        f"{path}: decompressed (gzip)",
+        f"{path}: read as an Open Library dump (its lines are type, key, revision, date and JSON)",
+        f"{path}: 2 line(s) of other types than editions and works (authors, redirects, "
+        "deletions) are no books: skipped",
+    ]
+    assert index_file(engine, path).added == 2

@@ -47,6 +47,7 @@ NAMES = {
     "marc": "MARC21",
     "marcxml": "MARCXML",
     "xlsx": "an Excel workbook",
+    "openlibrary": "an Open Library dump",
 }
 # a MARC21 leader: the record's length, codes, "22" (indicator and subfield code counts), the
 # data's base address; what every ISO 2709 record starts with
@@ -107,11 +108,13 @@ def refine(file: IO[bytes], fmt: str, name: str) -> tuple[str, list[str]]:
     leader, MARCXML's `<`, a JSON file's first character; and a notice where that is not what
     its name said."""
     file.seek(0)
-    head = file.read(24)
+    head = file.read(48)
     file.seek(0)
     first = _first_character(file)
     if _LEADER.match(head):
         found, why = "marc", "it starts with a MARC21 leader"
+    elif head.startswith(b"/type/") and head.count(b"\t") >= 2:
+        found, why = "openlibrary", "its lines are type, key, revision, date and JSON"
     elif head.startswith(_ZIP):
         found, why = "xlsx", "its bytes are a zip, as a workbook's"
     elif first == "<" and fmt != "marcxml":

@@ -16,6 +16,7 @@ from indexer.catalog.csv_records import csv_rows, delimiter_of
 from indexer.catalog.json_array import json_array_rows
 from indexer.catalog.jsonl_records import jsonl_rows
 from indexer.catalog.marc_records import MarcStats, marc21_rows, marcxml_rows
+from indexer.catalog.openlibrary_records import OpenLibraryStats, openlibrary_rows
 from indexer.catalog.records import CatalogHeaderError, CatalogRecord, InvalidRow
 from indexer.catalog.rows import ParsedRow, RowError, parse_row
 from indexer.catalog.xlsx_records import xlsx_rows
@@ -25,6 +26,8 @@ _ESCAPED = re.compile("[\udc80-\udcff]")
 _SHOWN = 10  # metadata columns named in the notice
 _KEPT_NAMES = 10_000
 _TITLE_ROWS = 10  # rows above a table's header a spreadsheet may have (a title, a date)
+# formats whose fields are the reader's own (docs/catalogs.md): no column is a guess to name
+_OWN_FIELDS = ("marc", "marcxml", "openlibrary")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class CatalogScan:
         self._rows: Iterator[tuple[int, dict[str, Any] | str]]
         self._fmt = fmt
         self._marc = MarcStats()  # a MARC file's counts; its "line" is a record's position
+        self._openlibrary = OpenLibraryStats()
         if fmt == "marc":
             self._rows = marc21_rows(f, max_row_bytes, self._marc)
         elif fmt == "marcxml":
@@ -59,6 +63,8 @@ class CatalogScan:
             self._rows = jsonl_rows(f, max_row_bytes)
         elif fmt == "json":
             self._rows = json_array_rows(f, max_row_bytes)
+        elif fmt == "openlibrary":
+            self._rows = openlibrary_rows(f, max_row_bytes, self._openlibrary)
         elif fmt == "xlsx":
             self._rows = self._table(xlsx_rows(f, max_row_bytes, name), sheet=True)
         else:
@@ -140,6 +146,7 @@ class CatalogScan:
         kept as metadata, those that look like fields but were not read, columns without a
         name."""
         out = self._marc.notices(self.name, self._fmt) if self._fmt in ("marc", "marcxml") else []
+        out += self._openlibrary.notices(self.name)
         if self._delimiter != ",":
             shown = "tab" if self._delimiter == "\t" else repr(self._delimiter)
             why = "its name" if self._tabs else "the header has no comma"
@@ -161,7 +168,9 @@ class CatalogScan:
                 f"derived from title and authors (line {first.line}: {first.id!r}); it stays "
                 "the same while they do"
             )
-        if self._metadata and self._fmt not in ("marc", "marcxml"):  # MARC's: docs/catalogs.md
+        if self._fmt in _OWN_FIELDS:
+            return out + self._above_notice()
+        if self._metadata:
             names = [repr(k) for k in self._metadata]
             more = ""
             if len(names) > _SHOWN:
@@ -184,20 +193,21 @@ class CatalogScan:
                 f"one, map it: attend index --column {shlex.quote(f'{k}={g}')} (or "
                 f'ATTEND_CATALOG_COLUMNS=\'{{"{k}": "{g}"}}\')'
             )
-        if self._above:
-            lines = (
-                str(self._above[0])
-                if len(self._above) == 1
-                else f"{self._above[0]}-{self._above[-1]}"
-            )
-            out.append(
-                f"{self.name}: the header is the first row with a title column: line(s) "
-                f"{lines} above it (a spreadsheet's title rows) were not read"
-            )
+        out += self._above_notice()
         if self._unnamed:
             which = ", ".join(map(str, self._unnamed))
             out.append(f"{self.name}: column(s) {which} of the header have no name: not read")
         return out
+
+    def _above_notice(self) -> list[str]:
+        if not self._above:
+            return []
+        first, last = self._above[0], self._above[-1]
+        lines = str(first) if first == last else f"{first}-{last}"
+        return [
+            f"{self.name}: the header is the first row with a title column: line(s) {lines} "
+            "above it (a spreadsheet's title rows) were not read"
+        ]
 
     def _csv(
         self, f: IO[bytes], limit: int, *, tabs: bool
