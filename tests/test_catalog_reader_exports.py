@@ -313,11 +313,13 @@ def test_a_column_that_looks_like_a_field_is_named_with_the_option_that_maps_it(
     assert notices[-1] == (
         f"{path}: not read, though they look like book fields: 'Writer' (authors?), 'Pub Year' "
         "(year?); to read one, map it: attend index --column Writer=authors (or "
-        """ATTEND_CATALOG_COLUMNS='{"Writer": "authors"}')"""
+        """ATTEND_CATALOG_COLUMNS='{"Writer": "authors"}'); the books keep their ids"""
     )
+    (unmapped,) = snapshot_records(path)
     with CatalogSnapshot.take(path, columns={"writer": "authors", "Pub Year": "year"}) as mapped:
         (dune,) = mapped.records()
         assert (dune.authors, dune.year, dune.extra) == (["Frank Herbert"], 1965, {})
+        assert dune.id == unmapped.id  # the id derived from the same names either way
         assert not any("look like" in n for n in mapped.check().notices)
     with pytest.raises(CatalogError, match="mapped to 'writers', which is none of"):
         CatalogSnapshot.take(path, columns={"Writer": "writers"})
@@ -326,13 +328,21 @@ def test_a_column_that_looks_like_a_field_is_named_with_the_option_that_maps_it(
     monkeypatch.setattr(
         "service.commands.index_commands.index_encoder", lambda settings: FakeEncoder()
     )
+    assert main(["index", str(path)]) == 0  # first as it is, then as the notice says
+    capsys.readouterr()
     assert (
         main(["index", str(path), "--column", "Writer=authors", "--column", "Pub Year=year"]) == 0
     )
     out = capsys.readouterr().out
     assert f"{path}: read 'Title' as title, 'Writer' as authors, 'Pub Year' as year\n" in out
+    assert "1 books: 0 added, 1 updated, 0 unchanged, 0 removed" in out
     assert main(["search", "dune", "--here", "--json", "--author", "herbert"]) == 0
     (hit,) = json.loads(capsys.readouterr().out)["results"]
     assert (hit["title"], hit["authors"], hit["year"]) == ("Dune", ["Frank Herbert"], 1965)
     assert main(["index", str(path), "--column", "Writer"]) == 2
     assert "--column 'Writer': write it HEADER=FIELD" in capsys.readouterr().err
+
+
+def snapshot_records(path: Path) -> list[CatalogRecord]:
+    with CatalogSnapshot.take(path) as snapshot:
+        return list(snapshot.records())

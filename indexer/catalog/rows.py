@@ -155,7 +155,20 @@ def _id(
         # an empty ISBN stays in metadata as it was, and the id is derived
     if title is None:
         return None, ""
-    return columns.derived_id(title, authors), ""
+    return columns.derived_id(title, [*authors, *_unread_authors(extra)]), ""
+
+
+def _unread_authors(extra: dict[str, Any]) -> list[str]:
+    """The names in the columns that look like authors but were not read as them ('Writer'):
+    part of a derived id, so that mapping one (`--column Writer=authors`, as the notice
+    suggests) moves the names into the authors and leaves every id as it was."""
+    found: list[str] = []
+    for key, value in extra.items():
+        if isinstance(value, str) and columns.NAMES.lookalike(key) == "authors":
+            found += columns.split_authors(value)
+        elif isinstance(value, list) and columns.NAMES.lookalike(key) == "authors":
+            found += [v.strip() for v in value if isinstance(v, str) and v.strip()]
+    return found
 
 
 def _given_id(key: str, value: Any, problems: list[str]) -> str | None:

@@ -191,7 +191,7 @@ class CatalogScan:
             out.append(
                 f"{self.name}: not read, though they look like book fields: {found}; to read "
                 f"one, map it: attend index --column {shlex.quote(f'{k}={g}')} (or "
-                f'ATTEND_CATALOG_COLUMNS=\'{{"{k}": "{g}"}}\')'
+                f'ATTEND_CATALOG_COLUMNS=\'{{"{k}": "{g}"}}\'); the books keep their ids'
             )
         out += self._above_notice()
         if self._unnamed:
