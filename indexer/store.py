@@ -81,6 +81,9 @@ SUBJECT_FIELDS = ("subjects", "subject", "genres", "genre", "tags", "categories"
 # the metadata field of the series a book belongs to (Calibre's; a MARC record's numbered ones):
 # a string, or a list of them
 SERIES_FIELD = "series"
+# the metadata fields of a book's ISBNs, in any case (a list or one value each): a reader may
+# type one in the search box (service/engine/isbn_lookup.py)
+ISBN_FIELDS = frozenset({"isbn", "isbn13", "isbn_13", "isbn10", "isbn_10", "isbns", "isbn/uid"})
 # the metadata fields of how many readers rated a book (Goodreads' `ratings_count`)
 RATINGS_FIELDS = ("ratings_count", "num_ratings", "rating_count", "number_of_ratings")
 
@@ -92,6 +95,7 @@ class BookExtras:
     subjects: list[tuple[str, ...]]  # their subject headings, () for a book without any
     rating_counts: list[int | None]  # how many readers rated them, None where not known
     series: list[tuple[str, ...]]  # the series their rows name, () for a book without any
+    isbns: list[tuple[str, ...]]  # the texts of their ISBN fields, () for a book without any
 
 
 def book_extras(
@@ -110,14 +114,20 @@ def book_extras(
     if generation is None:
         generation = active_generation_id(session=session)
     if generation is None:
-        return BookExtras([()] * len(book_ids), [None] * len(book_ids), [()] * len(book_ids))
+        none: list[tuple[str, ...]] = [()] * len(book_ids)
+        return BookExtras(none, [None] * len(book_ids), none, none)
     stmt = select(Book.id, Book.extra).where(_rows_of(generation, since))
     found = {
-        book_id: (_subjects(extra or {}), _rating_count(extra or {}), _series(extra or {}))
+        book_id: (
+            _subjects(extra or {}),
+            _rating_count(extra or {}),
+            _series(extra or {}),
+            _isbns(extra or {}),
+        )
         for book_id, extra in session.execute(stmt)
     }
-    got = [found.get(book_id, ((), None, ())) for book_id in book_ids]
-    return BookExtras([g[0] for g in got], [g[1] for g in got], [g[2] for g in got])
+    got = [found.get(book_id, ((), None, (), ())) for book_id in book_ids]
+    return BookExtras(*(list(column) for column in zip(*got, strict=True)))
 
 
 def _subjects(extra: dict[str, Any]) -> tuple[str, ...]:
@@ -139,6 +149,15 @@ def _series(extra: dict[str, Any]) -> tuple[str, ...]:
     value = extra.get(SERIES_FIELD)
     values = [value] if isinstance(value, str) else value if isinstance(value, list) else []
     return tuple(v.strip() for v in values if isinstance(v, str) and v.strip())
+
+
+def _isbns(extra: dict[str, Any]) -> tuple[str, ...]:
+    found: list[str] = []
+    for key, value in extra.items():
+        if isinstance(key, str) and key.strip().casefold() in ISBN_FIELDS:
+            values = value if isinstance(value, list) else [value]
+            found += [str(v) for v in values if isinstance(v, str | int) and v is not True]
+    return tuple(found)
 
 
 def _rating_count(extra: dict[str, Any]) -> int | None:

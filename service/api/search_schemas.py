@@ -301,6 +301,15 @@ class SearchResponse(BaseModel):
         "index (a whole name, a surname the catalog uses as a name, a word one letter off); "
         "null when it names none.",
     )
+    lookup: Literal["isbn", "id"] | None = Field(
+        None,
+        description="How the query names one book, where it does: `isbn` for an ISBN-10 or "
+        "ISBN-13 of a book (hyphens, spaces and check digit as readers type them; the book's "
+        "id or its metadata's `isbn`, `isbn13`, `isbns` fields), `id` for a book's id (a "
+        "query of one token, five characters or more, with a digit). The results are that "
+        "book alone, all the weight on it (`score` 1.0), where the filters keep it. null "
+        "for any other query.",
+    )
     like: LikeOut | None = Field(
         None,
         description='The book a query such as "books like Dune" or "similar to the hobbit" '

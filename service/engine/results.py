@@ -79,6 +79,7 @@ class SearchResult:
     results: list[RankedBook]
     author: AuthorNamed | None = None
     like: NamedBook | None = None  # the book a "books like X" query names: its similar books
+    lookup: str | None = None  # "isbn" or "id": the query names one book so, the results' only
 
 
 @dataclass(frozen=True)

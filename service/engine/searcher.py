@@ -25,6 +25,7 @@ from service.config.head_weights import BookHeads
 from service.engine.batching import Slice, WaitingLine
 from service.engine.books_like import books_named, like_result
 from service.engine.exceptions import IndexEmptyError
+from service.engine.isbn_lookup import looked_up, lookup_result
 from service.engine.mixing import NO_STRONG_MATCH_BELOW, match_strength
 from service.engine.query_ranking import Ranking, rank_queries
 from service.engine.results import AuthorNamed, HeadsUsed, RankedBook, SearchResult
@@ -205,10 +206,17 @@ class Searcher:
         texts = [text for ticket in tickets for text in ticket.queries]
         logger.debug("batch of %d queries: %r", len(texts), texts)
         options = [s.ticket.options for s in tickets for _ in s.queries]
+        # an ISBN or an id typed: that book (service/engine/isbn_lookup.py)
+        named = [looked_up(index.isbns, index.filters.row_of, text) for text in texts]
         like: list[int | None] = [None] * len(texts)
-        if self.similar is not None:  # "books like X": X's similar books answer it
-            like = books_named(index, texts, lambda xs: self.cache.encode(self.encoder, xs))
-        typed = [i for i, row in enumerate(like) if row is None]
+        asking = [i for i, found in enumerate(named) if found is None]
+        if self.similar is not None and asking:  # "books like X": X's similar books answer it
+            rows = books_named(
+                index, [texts[i] for i in asking], lambda xs: self.cache.encode(self.encoder, xs)
+            )
+            for i, row in zip(asking, rows, strict=True):
+                like[i] = row
+        typed = [i for i in asking if like[i] is None]
         rankings: Iterator[Ranking] = iter(())
         if typed:
             rankings = iter(
@@ -225,8 +233,19 @@ class Searcher:
         self.batch_sizes.append(len(texts))
         self.batch_counts[len(texts)] += 1
         answers = []
-        for text, option, row in zip(texts, options, like, strict=True):
-            if row is None or self.similar is None:
+        for text, option, row, found in zip(texts, options, like, named, strict=True):
+            if found is not None:
+                answers.append(
+                    lookup_result(
+                        index,
+                        text,
+                        option,
+                        found,
+                        scales=self.scales,
+                        scale=self.scales[RANK_FIELD],
+                    )
+                )
+            elif row is None or self.similar is None:
                 answers.append(self._result(index, text, option, next(rankings)))
             else:
                 answers.append(like_result(index, text, option, row, self.similar))

@@ -25,6 +25,7 @@ from models.heads import DenseHeads
 from models.keys import DenseHeadSpec, LocalKeys
 from service.engine.bm25_postings import RowMoves
 from service.engine.catalog_names import CatalogNames
+from service.engine.isbn_lookup import IsbnRows
 from service.engine.lexical import LexicalIndex, LikeThisIndex, book_document, like_this_text
 from service.engine.name_rows import NameRows
 from service.engine.results import NamedBook
@@ -117,6 +118,7 @@ class ServedIndex:
     names: CatalogNames
     filters: FilterColumns
     rating_counts: np.ndarray  # (N,) float64, NaN where not known
+    isbns: IsbnRows  # each book's ISBNs, for a reader who types one
 
     def __init__(
         self,
@@ -127,10 +129,12 @@ class ServedIndex:
         subjects: Sequence[Sequence[str]] | None = None,
         series: Sequence[Sequence[str]] | None = None,
         rating_counts: Sequence[int | None] | None = None,
+        isbns: Sequence[Sequence[str]] | None = None,
         follows: tuple[ServedIndex, RowMoves] | None = None,
     ):
         """`descriptions`, `subjects`, `series` (those a row names, beside its title's
-        marker), `rating_counts`: the books' (None: none has one), or
+        marker), `rating_counts`, `isbns` (the texts of their metadata ISBN fields): the books'
+        (None: none has one), or
         with `follows`, the changed books' only, in `moves.changed` order. `follows`: the
         served index of the generation before and how its rows moved to these: its BM25
         indexes, names and rating counts are then moved, the changed rows' made from their
@@ -150,6 +154,7 @@ class ServedIndex:
                 index.books.titles, index.books.authors, descriptions, subjects, series
             )
             self.rating_counts = rating_counts_of(rating_counts, len(index))
+            self.isbns = IsbnRows.of(index.books.ids, isbns)
         else:
             previous, moves = follows
             changed = index.books.take(moves.changed.tolist())
@@ -165,6 +170,7 @@ class ServedIndex:
             )
             self.rating_counts = previous.rating_counts[moves.sources.clip(0)]
             self.rating_counts[moves.changed] = rating_counts_of(rating_counts, len(changed))
+            self.isbns = previous.isbns.following(moves, IsbnRows.of(changed.ids, isbns))
         self.names = CatalogNames(rows, self.like_this.word_rows, index.books.authors)
         self.filters = FilterColumns(
             index.books,
@@ -185,7 +191,7 @@ class ServedIndex:
             **nested("keys", {field: k.T for field, k in keys.items()}),
         }
         out["rating_counts"] = self.rating_counts
-        return out
+        return out | self.isbns.arrays()
 
     @classmethod
     def from_arrays(
@@ -216,6 +222,7 @@ class ServedIndex:
         served.filters = FilterColumns(books, device=served.keys.device)
         served.rating_counts = np.array(arrays["rating_counts"], np.float64)
         served.readers = readers_of(served.rating_counts)
+        served.isbns = IsbnRows.from_arrays(arrays, len(books))
         sizes = {len(served.lexical), served.like_this.size, len(served.names.works.work)}
         if sizes | {len(served.rating_counts)} != {len(books)}:
             raise ValueError("parts of other numbers of books than the books'")
@@ -233,6 +240,7 @@ class ServedIndex:
         subjects: Sequence[Sequence[str]] | None = None,
         series: Sequence[Sequence[str]] | None = None,
         rating_counts: Sequence[int | None] | None = None,
+        isbns: Sequence[Sequence[str]] | None = None,
     ) -> ServedIndex:
         """The index with its keys on this process's device (`pick_device(device)`), as
         service/engine/startup.py `LocalPlacement` places them (tests and benchmarks)."""
@@ -246,6 +254,7 @@ class ServedIndex:
             subjects=subjects,
             series=series,
             rating_counts=rating_counts,
+            isbns=isbns,
         )
 
     def __len__(self) -> int:

@@ -145,6 +145,7 @@ def build_served(
         descriptions=descriptions,
         subjects=extras.subjects,
         series=extras.series,
+        isbns=extras.isbns,
         rating_counts=extras.rating_counts,
         follows=moves,
     )
