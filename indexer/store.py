@@ -127,7 +127,9 @@ def book_extras(
         for book_id, extra in session.execute(stmt)
     }
     got = [found.get(book_id, ((), None, (), ())) for book_id in book_ids]
-    return BookExtras(*(list(column) for column in zip(*got, strict=True)))
+    return BookExtras(
+        [g[0] for g in got], [g[1] for g in got], [g[2] for g in got], [g[3] for g in got]
+    )
 
 
 def _subjects(extra: dict[str, Any]) -> tuple[str, ...]:

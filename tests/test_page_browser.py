@@ -95,6 +95,9 @@ def test_search_explain_and_recommend_in_a_browser(server: str) -> None:
         try:
             page = browser.new_page()
             page.goto(server + "/")
+            page.type("#q", "earths")  # as typed: GET /suggest's titles in the input's list
+            option = page.locator("#suggestions option").first
+            expect(option).to_have_attribute("value", "A Wizard of Earthsea", timeout=15_000)
             page.fill("#q", "wizard school")
             page.press("#q", "Enter")
             hits = page.locator("#results .hit")

@@ -27,7 +27,17 @@ from service.api.book_paths import EncodedSlashes
 from service.api.error_handlers import install_error_handlers
 from service.api.guards import BodySizeLimit, Utf8Url
 from service.api.metrics import GaugeReader, Metrics
-from service.api.routes import admin, books, explain, health, page, recommend, redoc, search
+from service.api.routes import (
+    admin,
+    books,
+    explain,
+    health,
+    page,
+    recommend,
+    redoc,
+    search,
+    suggest,
+)
 from service.api.telemetry import RequestTelemetry
 from service.config.settings import ServiceSettings
 from service.engine.explainer import Explainer
@@ -197,14 +207,9 @@ def create_app(
     metrics.batch_sizes(lambda: None if (s := _searcher(app)) is None else dict(s.batch_counts))
     install_error_handlers(app)
     add_middleware(app, settings, metrics)
-    app.include_router(page.router)
-    app.include_router(search.router)
-    # before books: /books/{id:path} would otherwise take /books/x/explain as the id "x/explain"
-    app.include_router(explain.router)
-    app.include_router(recommend.router)
-    app.include_router(books.router)
-    app.include_router(health.router)
-    app.include_router(redoc.router)
+    # explain before books: /books/{id:path} would otherwise take /books/x/explain as the id
+    for routes in (page, search, suggest, explain, recommend, books, health, redoc):
+        app.include_router(routes.router)
     app.state.admin_token = settings.admin_token
     if settings.admin_token is not None:  # no token: the admin endpoints do not exist
         app.include_router(admin.router)

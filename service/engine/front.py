@@ -29,6 +29,7 @@ from service.engine.explainer import BookExplanation, Explainer
 from service.engine.results import BookRecord, Recommendations, SearchResult, SimilarBooks
 from service.engine.searcher import Searcher
 from service.engine.served_index import ServedIndex
+from service.engine.suggestions import SuggestionIndexes, Suggestions
 from service.engine.tickets import SearchOptions
 
 
@@ -51,11 +52,23 @@ class Front:
         self.database = database
         self.book_heads = book_heads
         self.taste_heads = taste_heads or book_heads
+        self.suggestions = SuggestionIndexes()
 
     @property
     def index(self) -> ServedIndex:
         """The generation answering now (a request reads it once, at its start)."""
         return self.searcher.index
+
+    async def suggest(self, query: str, k: int) -> Suggestions:
+        """Titles and authors completing `query` (service/engine/suggestions.py), in a thread:
+        no torch, and the first request of a generation makes its word indexes."""
+        index = self.index
+
+        def answer() -> Suggestions:
+            suggester = self.suggestions.of(index)
+            return Suggestions(query, [], []) if suggester is None else suggester.suggest(query, k)
+
+        return await asyncio.to_thread(answer)
 
     async def search(self, queries: list[str], options: SearchOptions) -> list[SearchResult]:
         return await self.searcher.search(queries, options)  # its batch pins the generation

@@ -230,6 +230,20 @@ $("search-form").addEventListener("submit", (ev) => {
   if (q) search(q);
 });
 $("technical").addEventListener("change", (ev) => setTechnical(ev.target.checked));
+
+// titles and authors completing what is typed (GET /suggest), the latest answer only
+let suggesting = 0;
+$("q").addEventListener("input", async () => {
+  const q = $("q").value;
+  const mine = ++suggesting;
+  if (q.trim().length < 2) { $("suggestions").replaceChildren(); return; }
+  try {
+    const body = await api(`/suggest?q=${encodeURIComponent(q)}&k=6`);
+    if (mine !== suggesting) return;
+    const texts = [...body.titles.map((t) => t.title), ...body.authors.map((a) => a.name)];
+    $("suggestions").replaceChildren(...texts.map((value) => el("option", { value })));
+  } catch (e) { /* a suggestion is a convenience: the search still works */ }
+});
 let technical = false;
 try { technical = Boolean(localStorage.getItem("attend-technical")); } catch (e) { /* private mode */ }
 setTechnical(technical);
