@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -327,3 +328,14 @@ class InProcessShards:
 
     def served(self, generation: int | None) -> None:
         return None
+
+
+def finished_job(client: TestClient, job_id: str, headers: dict[str, str]) -> dict[str, Any]:
+    """The admin job `job_id` once it has succeeded or failed (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while True:
+        job: dict[str, Any] = client.get(f"/admin/jobs/{job_id}", headers=headers).json()
+        if job["state"] in ("succeeded", "failed"):
+            return job
+        assert time.monotonic() < deadline, job
+        time.sleep(0.05)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import time
 import zipfile
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from conftest import FakeEncoder, index_file
+from conftest import FakeEncoder, finished_job, index_file
 from indexer.catalog import CatalogError, CatalogRecord, CatalogSnapshot, InvalidRow
 from indexer.catalog.xlsx_records import _text
 from indexer.schema import Book
@@ -145,12 +144,7 @@ def test_a_workbook_is_indexed_and_uploaded(engine: Engine, tmp_path: Path) -> N
     with TestClient(create_app(settings, encoder=FakeEncoder())) as client:
         r = client.post("/admin/reindex", files={"catalog": ("stock.xlsx", more)}, headers=auth)
         assert r.status_code == 202, r.text
-        deadline = time.monotonic() + 60
-        while (job := client.get(f"/admin/jobs/{r.json()['id']}", headers=auth).json())[
-            "state"
-        ] not in ("succeeded", "failed"):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        job = finished_job(client, r.json()["id"], auth)
         assert job["state"] == "succeeded", job
         assert client.get("/books/9780552131070").json()["title"] == "Sourcery"
 

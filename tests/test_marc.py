@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from conftest import FakeEncoder, index_file
+from conftest import FakeEncoder, finished_job, index_file
 from indexer.catalog import CatalogError, CatalogRecord, CatalogSnapshot, InvalidRow
 from indexer.catalog.marc_fields import trim
 from indexer.catalog.marc_records import MarcStats, _records, marc21_rows
@@ -380,12 +379,7 @@ def test_a_marc_upload_reindexes_through_the_admin_api(indexed: Engine) -> None:
             headers=auth,
         )
         assert r.status_code == 202, r.text
-        deadline = time.monotonic() + 60
-        while (job := client.get(f"/admin/jobs/{r.json()['id']}", headers=auth).json())[
-            "state"
-        ] not in ("succeeded", "failed"):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        job = finished_job(client, r.json()["id"], auth)
         assert job["state"] == "succeeded", job
         assert (job["report"]["added"], job["report"]["removed"]) == (1, 0)
         book = client.get("/books/ocm99").json()
