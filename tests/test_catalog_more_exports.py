@@ -308,3 +308,17 @@ def test_an_open_library_dump_is_read_as_published(engine: Engine, tmp_path: Pat
         "deletions) are no books: skipped",
     ]
     assert index_file(engine, path).added == 2
+
+
+def test_a_quote_escaped_with_a_backslash_is_a_quote(tmp_path: Path) -> None:
+    """BX-Books.csv writes a quote inside a quoted field as \\" (a CSV reader reads the field's
+    end there, and kept the backslash); elsewhere a backslash stays a backslash."""
+    path = tmp_path / "BX-Books.csv"
+    path.write_bytes(
+        b'"ISBN";"Book-Title";"Book-Author"\n'
+        b'"0001";"The \\"Beauty\\" Book";"Ann Lee"\n'
+        b'"0002";"C:\\\\new and C:\\temp";"Bob Ray"\n'
+    )
+    books, bad, _ = _read(path)
+    assert bad == []
+    assert [b.title for b in books] == ['The "Beauty" Book', "C:\\\\new and C:\\temp"]

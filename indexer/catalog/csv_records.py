@@ -133,7 +133,9 @@ def csv_rows(
                 line = _resume(source, start, line)
                 continue
             try:
-                cells = next(csv.reader(record.texts, delimiter=delimiter), None)
+                cells = _escaped(record.texts, delimiter) or next(
+                    csv.reader(record.texts, delimiter=delimiter), None
+                )
             except csv.Error as lenient:
                 yield line, f"malformed CSV: {lenient}"
                 line += record.newlines
@@ -142,6 +144,19 @@ def csv_rows(
             return
         yield line, cells
         line += record.newlines
+
+
+def _escaped(texts: list[str], delimiter: str) -> list[str] | None:
+    """The cells of a record that quotes `"` inside a quoted field as `\\"` (Book-Crossing's
+    BX-Books.csv), which a CSV reader reads as the field's end: None where it has none, or
+    does not read so either."""
+    if not any('\\"' in t for t in texts):
+        return None
+    reader = csv.reader(texts, delimiter=delimiter, escapechar="\\", doublequote=False, strict=True)
+    try:
+        return next(reader, None)
+    except csv.Error:
+        return None
 
 
 def _unterminated(line: int, why: str) -> str:

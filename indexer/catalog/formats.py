@@ -231,7 +231,7 @@ def _non_utf8_sample(file: IO[bytes]) -> bytes | None:
     file.seek(0)
     sample = bytearray()
     utf8 = other = 0
-    for line in file:
+    while line := file.readline(_CHUNK):  # a line at most a chunk: one-line files too
         if not line.isascii():
             sample += line
             try:
