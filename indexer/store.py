@@ -8,6 +8,8 @@ The keys loaded into arrays are indexer/loaded_index.py. Writes live in `indexer
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +86,10 @@ SERIES_FIELD = "series"
 # the metadata fields of a book's ISBNs, in any case (a list or one value each): a reader may
 # type one in the search box (service/engine/isbn_lookup.py)
 ISBN_FIELDS = frozenset({"isbn", "isbn13", "isbn_13", "isbn10", "isbn_10", "isbns", "isbn/uid"})
+# the metadata fields of a book's average rating by its readers (the shared catalog's and
+# goodbooks-10k's `average_rating`, Goodreads' `Average Rating`; not a reader's own `Rating`)
+AVERAGE_RATING_FIELDS = ("average_rating", "avg_rating")
+_FIELD_NOISE = re.compile(r"[\s\-]+")
 # the metadata fields of how many readers rated a book (Goodreads' `ratings_count`)
 RATINGS_FIELDS = ("ratings_count", "num_ratings", "rating_count", "number_of_ratings")
 
@@ -96,6 +102,7 @@ class BookExtras:
     rating_counts: list[int | None]  # how many readers rated them, None where not known
     series: list[tuple[str, ...]]  # the series their rows name, () for a book without any
     isbns: list[tuple[str, ...]]  # the texts of their ISBN fields, () for a book without any
+    ratings: list[float | None]  # their readers' average rating, None where not known
 
 
 def book_extras(
@@ -105,37 +112,53 @@ def book_extras(
     generation: int | None = None,
     since: int | None = None,
 ) -> BookExtras:
-    """The subject headings (or genres, tags: `SUBJECT_FIELDS`, the first a book has: a list
-    of strings, or one string of `;`-separated headings), the readers' rating counts (the
-    first of `RATINGS_FIELDS`: a non-negative integer, or its digits as text) and the series
-    (`SERIES_FIELD`: a string or a list of them) of `book_ids` in
-    `generation` (default: the active one), from one read of their metadata. `since`: as
-    `book_descriptions`."""
+    """What the service reads of the metadata of `book_ids` in `generation` (default: the
+    active one), from one read: the subject headings (or genres, tags: the first of
+    `SUBJECT_FIELDS` a book has: a list of strings, or one string of them separated by `;`,
+    else by `,`), the readers' rating counts (the first of `RATINGS_FIELDS`: a non-negative
+    integer, or its digits as text), the series (`SERIES_FIELD`: a string or a list of them),
+    the ISBNs (`ISBN_FIELDS`, each a string, an integer or a list) and the average rating (the
+    first of `AVERAGE_RATING_FIELDS`: a finite number, or its text). Field names are matched
+    case-insensitively, a space or a hyphen read as an underscore (Goodreads' `Average
+    Rating`, `ISBN-13`). `since`:
+    as `book_descriptions`."""
     if generation is None:
         generation = active_generation_id(session=session)
+    n = len(book_ids)
     if generation is None:
-        none: list[tuple[str, ...]] = [()] * len(book_ids)
-        return BookExtras(none, [None] * len(book_ids), none, none)
+        none: list[tuple[str, ...]] = [()] * n
+        return BookExtras(none, [None] * n, none, none, [None] * n)
     stmt = select(Book.id, Book.extra).where(_rows_of(generation, since))
-    found = {
-        book_id: (
-            _subjects(extra or {}),
-            _rating_count(extra or {}),
-            _series(extra or {}),
-            _isbns(extra or {}),
-        )
-        for book_id, extra in session.execute(stmt)
-    }
-    got = [found.get(book_id, ((), None, (), ())) for book_id in book_ids]
+    found = {book_id: _extras(extra or {}) for book_id, extra in session.execute(stmt)}
+    got = [found.get(book_id, ((), None, (), (), None)) for book_id in book_ids]
     return BookExtras(
-        [g[0] for g in got], [g[1] for g in got], [g[2] for g in got], [g[3] for g in got]
+        [g[0] for g in got],
+        [g[1] for g in got],
+        [g[2] for g in got],
+        [g[3] for g in got],
+        [g[4] for g in got],
     )
 
 
-def _subjects(extra: dict[str, Any]) -> tuple[str, ...]:
-    """The first of SUBJECT_FIELDS the book has, its name in any case (StoryGraph's `Tags`): a
-    list, or a string of headings separated by `;`, else by `,` (Calibre's tags)."""
-    named = {k.strip().casefold(): v for k, v in extra.items() if isinstance(k, str)}
+def _extras(
+    extra: dict[str, Any],
+) -> tuple[tuple[str, ...], int | None, tuple[str, ...], tuple[str, ...], float | None]:
+    # names as the catalog reader reads them: any case, a space or a hyphen an underscore
+    named = {
+        _FIELD_NOISE.sub("_", k.strip().casefold()): v
+        for k, v in extra.items()
+        if isinstance(k, str)
+    }
+    return (
+        _subjects(named),
+        _rating_count(named),
+        _series(named),
+        _isbns(named),
+        _average_rating(named),
+    )
+
+
+def _subjects(named: dict[str, Any]) -> tuple[str, ...]:
     for name in SUBJECT_FIELDS:
         value = named.get(name)
         if isinstance(value, str):
@@ -147,24 +170,37 @@ def _subjects(extra: dict[str, Any]) -> tuple[str, ...]:
     return ()
 
 
-def _series(extra: dict[str, Any]) -> tuple[str, ...]:
-    value = extra.get(SERIES_FIELD)
+def _series(named: dict[str, Any]) -> tuple[str, ...]:
+    value = named.get(SERIES_FIELD)
     values = [value] if isinstance(value, str) else value if isinstance(value, list) else []
     return tuple(v.strip() for v in values if isinstance(v, str) and v.strip())
 
 
-def _isbns(extra: dict[str, Any]) -> tuple[str, ...]:
+def _isbns(named: dict[str, Any]) -> tuple[str, ...]:
     found: list[str] = []
-    for key, value in extra.items():
-        if isinstance(key, str) and key.strip().casefold() in ISBN_FIELDS:
+    for key, value in named.items():
+        if key in ISBN_FIELDS:
             values = value if isinstance(value, list) else [value]
             found += [str(v) for v in values if isinstance(v, str | int) and v is not True]
     return tuple(found)
 
 
-def _rating_count(extra: dict[str, Any]) -> int | None:
+def _average_rating(named: dict[str, Any]) -> float | None:
+    for name in AVERAGE_RATING_FIELDS:
+        value = named.get(name)
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                continue
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def _rating_count(named: dict[str, Any]) -> int | None:
     for name in RATINGS_FIELDS:
-        value = extra.get(name)
+        value = named.get(name)
         if isinstance(value, str) and value.strip().isdigit():
             value = int(value.strip())
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:

@@ -104,6 +104,16 @@ class PageAndFilters(BaseModel):
         description="Keep books in this language: a code in any ISO 639 form, matched as the "
         "language it names (fr, fre, fra and fr-CA are one).",
     )
+    sort: Literal["year", "-year", "title", "-title", "rating", "-rating"] | None = Field(
+        None,
+        description="Order the relevant books by this instead of their weights (`-`: "
+        "descending): the matched books whose weight is at least 1% of the top book's, the "
+        "first 1,000 by weight, ordered by their year, their title (its leading article, case "
+        "and accents aside) or their readers' average rating (the catalog's `average_rating`); "
+        "books without it come after those with one, equal ones in their order by weight. Each "
+        "keeps its weight and its place by weight (`relevance_rank`); `sorted_books` says how "
+        "many the pages run over. Default: by weight.",
+    )
     heads: HeadWeights | None = Field(
         None,
         description=f"Head weights, e.g. `title:0.2,description:0.5,lexical:0.3` (heads: "
@@ -128,6 +138,7 @@ class PageAndFilters(BaseModel):
             offset=self.offset,
             filters=Filters(self.author, self.year_min, self.year_max, self.language),
             heads=parse_heads(self.heads) if self.heads else None,
+            sort=self.sort,
         )
 
 
@@ -239,7 +250,8 @@ class SearchHit(BookFieldsOut):
     )
     relevance_rank: int = Field(
         description="1-based place by `weight` alone (offset included): `rank` for a typed "
-        "search, whose order is its weights'; a `like` query's order is its similar books'."
+        "search, whose order is its weights', unless it asks for a `sort`; a `like` query's "
+        "order is its similar books'."
     )
     heads: dict[str, HeadShare] = Field(
         description="Per head with a weight: its score, the book's weight in that head alone, "
@@ -300,6 +312,14 @@ class SearchResponse(BaseModel):
         description="The author the query names, recognised against the catalog's own author "
         "index (a whole name, a surname the catalog uses as a name, a word one letter off); "
         "null when it names none.",
+    )
+    sort: str | None = Field(
+        None, description="The `sort` asked for: the results' order; null: by weight."
+    )
+    sorted_books: int | None = Field(
+        None,
+        description="With `sort`: the relevant books sorted (weight at least 1% of the top's, "
+        "1,000 at most), which the pages run over; null without.",
     )
     lookup: Literal["isbn", "id"] | None = Field(
         None,

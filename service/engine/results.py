@@ -80,6 +80,8 @@ class SearchResult:
     author: AuthorNamed | None = None
     like: NamedBook | None = None  # the book a "books like X" query names: its similar books
     lookup: str | None = None  # "isbn" or "id": the query names one book so, the results' only
+    sort: str | None = None  # the order of the relevant books (service/engine/sorting.py)
+    sorted_books: int | None = None  # with `sort`: the relevant books the pages run over
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 import torch
@@ -30,6 +30,7 @@ from service.engine.mixing import NO_STRONG_MATCH_BELOW, match_strength
 from service.engine.query_ranking import Ranking, rank_queries
 from service.engine.results import AuthorNamed, HeadsUsed, RankedBook, SearchResult
 from service.engine.served_index import RANK_FIELD, ServedIndex
+from service.engine.sorting import SORT_POOL, sorted_hits
 from service.engine.tickets import Call, SearchOptions, Ticket
 
 logger = logging.getLogger(__name__)
@@ -217,23 +218,33 @@ class Searcher:
             for i, row in zip(asking, rows, strict=True):
                 like[i] = row
         typed = [i for i in asking if like[i] is None]
-        rankings: Iterator[Ranking] = iter(())
+        rankings: dict[int, Ranking] = {}
         if typed:
-            rankings = iter(
-                rank_queries(
+            q = self._encode([texts[i] for i in typed], between)  # (B, d)
+            # a sorted query ranks SORT_POOL books, the others their pages: apart, so that one
+            # sort does not make every query of the batch rank a thousand
+            for sorting in (False, True):
+                group = [j for j, i in enumerate(typed) if (options[i].sort is not None) == sorting]
+                if not group:
+                    continue
+                at = [typed[j] for j in group]
+                pages = max(options[i].offset + options[i].k for i in at)
+                ranked = rank_queries(
                     index,
-                    self._encode([texts[i] for i in typed], between),  # (B, d)
-                    [texts[i] for i in typed],
-                    k=max(options[i].offset + options[i].k for i in typed),
-                    heads=[options[i].heads or self.heads for i in typed],
+                    q[group],
+                    [texts[i] for i in at],
+                    k=SORT_POOL if sorting else pages,
+                    heads=[options[i].heads or self.heads for i in at],
                     scales=self.scales,
-                    filters=[options[i].filters for i in typed],
+                    filters=[options[i].filters for i in at],
                 )
-            )
+                rankings.update(zip(at, ranked, strict=True))
         self.batch_sizes.append(len(texts))
         self.batch_counts[len(texts)] += 1
         answers = []
-        for text, option, row, found in zip(texts, options, like, named, strict=True):
+        for i, (text, option, row, found) in enumerate(
+            zip(texts, options, like, named, strict=True)
+        ):
             if found is not None:
                 answers.append(
                     lookup_result(
@@ -246,7 +257,7 @@ class Searcher:
                     )
                 )
             elif row is None or self.similar is None:
-                answers.append(self._result(index, text, option, next(rankings)))
+                answers.append(self._result(index, text, option, rankings[i]))
             else:
                 answers.append(like_result(index, text, option, row, self.similar))
         each = iter(answers)
@@ -267,7 +278,12 @@ class Searcher:
     def _result(
         self, index: ServedIndex, text: str, options: SearchOptions, ranking: Ranking
     ) -> SearchResult:
-        page = ranking.hits[options.offset : options.offset + options.k]
+        end = options.offset + options.k
+        if options.sort is None:  # by weight: a hit's place is its relevance rank
+            pool = [(hit, place) for place, hit in enumerate(ranking.hits, start=1)]
+        else:
+            pool = sorted_hits(index, ranking.hits, options.sort)
+        page = pool[options.offset : end]
         top = ranking.hits[0].weight if ranking.hits else 0.0
         strength = match_strength(top, ranking.matched)
         return SearchResult(
@@ -294,8 +310,10 @@ class Searcher:
                     hit.weight,
                     hit.heads,
                     index.named_books(hit.editions),
-                    relevance_rank=options.offset + i + 1,  # the order is the weights'
+                    relevance_rank=place,
                 )
-                for i, hit in enumerate(page)
+                for i, (hit, place) in enumerate(page)
             ],
+            sort=options.sort,
+            sorted_books=None if options.sort is None else len(pool),
         )

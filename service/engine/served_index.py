@@ -94,11 +94,12 @@ def row_moves(order: np.ndarray, before: int) -> RowMoves:
     return RowMoves(new_row, np.flatnonzero(~moved), len(order))
 
 
-def rating_counts_of(counts: Sequence[int | None] | None, n: int) -> np.ndarray:
-    """(N,) float64 how many readers rated each book, NaN where not known."""
-    if counts is None:
+def known_or_nan(values: Sequence[float | None] | None, n: int) -> np.ndarray:
+    """(N,) float64 a number of each book (how many readers rated it, their average rating),
+    NaN where not known."""
+    if values is None:
         return np.full(n, np.nan)
-    return np.array([np.nan if c is None else c for c in counts], np.float64)
+    return np.array([np.nan if v is None else v for v in values], np.float64)
 
 
 def readers_of(counts: np.ndarray) -> Tensor | None:
@@ -119,6 +120,7 @@ class ServedIndex:
     filters: FilterColumns
     rating_counts: np.ndarray  # (N,) float64, NaN where not known
     isbns: IsbnRows  # each book's ISBNs, for a reader who types one
+    ratings: np.ndarray  # (N,) float64 each book's readers' average rating, NaN where not known
 
     def __init__(
         self,
@@ -130,11 +132,12 @@ class ServedIndex:
         series: Sequence[Sequence[str]] | None = None,
         rating_counts: Sequence[int | None] | None = None,
         isbns: Sequence[Sequence[str]] | None = None,
+        ratings: Sequence[float | None] | None = None,
         follows: tuple[ServedIndex, RowMoves] | None = None,
     ):
         """`descriptions`, `subjects`, `series` (those a row names, beside its title's
-        marker), `rating_counts`, `isbns` (the texts of their metadata ISBN fields): the books'
-        (None: none has one), or
+        marker), `rating_counts`, `isbns` (the texts of their metadata ISBN fields), `ratings`
+        (their average ratings): the books' (None: none has one), or
         with `follows`, the changed books' only, in `moves.changed` order. `follows`: the
         served index of the generation before and how its rows moved to these: its BM25
         indexes, names and rating counts are then moved, the changed rows' made from their
@@ -153,8 +156,9 @@ class ServedIndex:
             rows = NameRows.of(
                 index.books.titles, index.books.authors, descriptions, subjects, series
             )
-            self.rating_counts = rating_counts_of(rating_counts, len(index))
+            self.rating_counts = known_or_nan(rating_counts, len(index))
             self.isbns = IsbnRows.of(index.books.ids, isbns)
+            self.ratings = known_or_nan(ratings, len(index))
         else:
             previous, moves = follows
             changed = index.books.take(moves.changed.tolist())
@@ -169,8 +173,10 @@ class ServedIndex:
                 NameRows.of(changed.titles, changed.authors, descriptions, subjects, series),
             )
             self.rating_counts = previous.rating_counts[moves.sources.clip(0)]
-            self.rating_counts[moves.changed] = rating_counts_of(rating_counts, len(changed))
+            self.rating_counts[moves.changed] = known_or_nan(rating_counts, len(changed))
             self.isbns = previous.isbns.following(moves, IsbnRows.of(changed.ids, isbns))
+            self.ratings = previous.ratings[moves.sources.clip(0)]
+            self.ratings[moves.changed] = known_or_nan(ratings, len(changed))
         self.names = CatalogNames(rows, self.like_this.word_rows, index.books.authors)
         self.filters = FilterColumns(
             index.books,
@@ -190,7 +196,7 @@ class ServedIndex:
             **nested("names", self.names.arrays()),
             **nested("keys", {field: k.T for field, k in keys.items()}),
         }
-        out["rating_counts"] = self.rating_counts
+        out["rating_counts"], out["ratings"] = self.rating_counts, self.ratings
         return out | self.isbns.arrays()
 
     @classmethod
@@ -223,8 +229,9 @@ class ServedIndex:
         served.rating_counts = np.array(arrays["rating_counts"], np.float64)
         served.readers = readers_of(served.rating_counts)
         served.isbns = IsbnRows.from_arrays(arrays, len(books))
+        served.ratings = np.array(arrays["ratings"], np.float64)
         sizes = {len(served.lexical), served.like_this.size, len(served.names.works.work)}
-        if sizes | {len(served.rating_counts)} != {len(books)}:
+        if sizes | {len(served.rating_counts), len(served.ratings)} != {len(books)}:
             raise ValueError("parts of other numbers of books than the books'")
         return served
 
@@ -241,6 +248,7 @@ class ServedIndex:
         series: Sequence[Sequence[str]] | None = None,
         rating_counts: Sequence[int | None] | None = None,
         isbns: Sequence[Sequence[str]] | None = None,
+        ratings: Sequence[float | None] | None = None,
     ) -> ServedIndex:
         """The index with its keys on this process's device (`pick_device(device)`), as
         service/engine/startup.py `LocalPlacement` places them (tests and benchmarks)."""
@@ -255,6 +263,7 @@ class ServedIndex:
             series=series,
             rating_counts=rating_counts,
             isbns=isbns,
+            ratings=ratings,
         )
 
     def __len__(self) -> int:

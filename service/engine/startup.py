@@ -146,6 +146,7 @@ def build_served(
         subjects=extras.subjects,
         series=extras.series,
         isbns=extras.isbns,
+        ratings=extras.ratings,
         rating_counts=extras.rating_counts,
         follows=moves,
     )

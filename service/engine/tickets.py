@@ -27,6 +27,7 @@ class SearchOptions:
     offset: int = 0
     filters: Filters = field(default_factory=Filters)
     heads: dict[str, float] | None = None
+    sort: str | None = None  # one of service/engine/sorting.py SORTS; None: by weight
 
 
 @dataclass
