@@ -27,6 +27,7 @@ from service.engine.exceptions import (
     JobNotFoundError,
     JobRunningError,
     NotReadyError,
+    WriterBusyError,
 )
 
 logger = logging.getLogger(__name__)
@@ -203,6 +204,7 @@ _STATUS: dict[type[Exception], int] = {
     BookNotFoundError: 404,
     JobNotFoundError: 404,
     JobRunningError: 409,
+    WriterBusyError: 409,
     BadCatalogRequestError: 422,
     OverBudgetError: 422,
     IndexEmptyError: 503,

@@ -29,6 +29,7 @@ from service.api.guards import BodySizeLimit, Utf8Url
 from service.api.metrics import GaugeReader, Metrics
 from service.api.routes import (
     admin,
+    admin_books,
     books,
     explain,
     health,
@@ -213,4 +214,5 @@ def create_app(
     app.state.admin_token = settings.admin_token
     if settings.admin_token is not None:  # no token: the admin endpoints do not exist
         app.include_router(admin.router)
+        app.include_router(admin_books.router)
     return app

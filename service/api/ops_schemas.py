@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from service.engine.book_writes import MAX_BOOKS
+from service.engine.reindex_jobs import Job
 
 
 class Health(BaseModel):
@@ -76,3 +80,51 @@ class JobOut(BaseModel):
     progress: JobProgress
     report: JobReport | None = Field(description="The summary, once the job succeeded.")
     error: str | None
+
+
+class BooksIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    books: list[dict[str, Any]] = Field(
+        min_length=1,
+        max_length=MAX_BOOKS,
+        description=f"1 to {MAX_BOOKS} books, each a catalog row's fields with its `id`.",
+    )
+
+
+class DeletedOut(BaseModel):
+    removed: list[str] = Field(description="The id removed.")
+    generation: int | None = Field(description="The active generation, without the book.")
+
+
+def job_out(job: Job) -> JobOut:
+    p = job.standing()
+    r = job.report
+    return JobOut(
+        id=job.id,
+        state=job.state,
+        catalog=job.catalog,
+        created_at=job.created_at,
+        finished_at=job.finished_at,
+        progress=JobProgress(
+            total=p.total,
+            done=p.done,
+            embedded=p.embedded,
+            books_per_second=round(p.books_per_second, 2),
+            eta_s=None if p.eta_s is None else round(p.eta_s, 1),
+            generation=p.generation,
+        ),
+        report=None
+        if r is None
+        else JobReport(
+            added=r.added,
+            updated=r.updated,
+            unchanged=r.unchanged,
+            removed=r.removed,
+            rejected=len(r.rejected),
+            embedded=r.embedded,
+            generation=r.generation,
+            seconds=round(r.seconds, 2),
+        ),
+        error=job.error,
+    )

@@ -1,7 +1,8 @@
-"""A typed query that asks for books like a book of the catalog: "books like Dune", "similar to
-the hobbit", "novels like The Secret History?". Its answer is that book's similar books
-(service/engine/book_ranking.py), which know what the book is; ranked as a search, the query
-finds the book itself and its title's words.
+"""A typed query that names a book of the catalog: by its ISBN or id (service/engine/
+isbn_lookup.py), answered by that book alone (`lookup_result`); or asking for books like it,
+"books like Dune", "similar to the hobbit", "novels like The Secret History?", answered by that
+book's similar books (service/engine/book_ranking.py), which know what the book is; ranked as a
+search, the query finds the book itself and its title's words.
 
 The book is found by its title as the query writes it: the title head's nearest title keys to
 the named text's embedding (exact, over the whole catalog), then the first of them whose title
@@ -13,7 +14,7 @@ is no title of the catalog is searched as typed: "books like the sea" is about t
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from torch import Tensor
 
@@ -21,7 +22,7 @@ from indexer.filters import Filters
 from service.config.head_weights import BookHeads
 from service.engine.book_ranking import similar
 from service.engine.name_rows import title_words
-from service.engine.results import NamedBook, SearchResult
+from service.engine.results import HeadsUsed, NamedBook, RankedBook, SearchResult
 from service.engine.served_index import ServedIndex
 from service.engine.tickets import SearchOptions
 
@@ -115,4 +116,39 @@ def like_result(
         generation=index.generation,
         results=found.results[options.offset : end],  # ranks and relevance ranks of all `end`
         like=NamedBook(index.books.ids[row], index.books.titles[row]),
+    )
+
+
+def lookup_result(
+    index: ServedIndex,
+    text: str,
+    options: SearchOptions,
+    found: tuple[int, str],
+    *,
+    scales: Mapping[str, float],
+    scale: float,
+) -> SearchResult:
+    """The search response of `text`, which names catalog row `found[0]` by `found[1]`: that
+    book alone, all the weight on it (an identifier names one book), where the query's filters
+    keep it; on the first page only. `scales`: every head's, `scale`: the description head's
+    (what a search response shows)."""
+    row, by = found
+    mask = index.filters.mask(options.filters)
+    kept = mask is None or bool(mask[row])
+    hits = [RankedBook(1, index.books.row(row), 1.0, 1.0, {}, relevance_rank=1)]
+    return SearchResult(
+        query=text,
+        model=index.model,
+        scale=scale,
+        heads=HeadsUsed({}, (), scales),
+        entropy=0.0,
+        match_strength=1.0 if kept else 0.0,
+        no_strong_match=not kept,
+        catalog_size=len(index),
+        matched=int(kept),
+        k=options.k,
+        offset=options.offset,
+        generation=index.generation,
+        results=hits if kept and options.offset == 0 else [],
+        lookup=by,
     )

@@ -25,6 +25,11 @@ class JobRunningError(RuntimeError):
         super().__init__(f"re-index job {job_id} is still running: one job at a time")
 
 
+class WriterBusyError(RuntimeError):
+    """Another writer holds the index (an `attend index`, a generation left building): a book
+    write waits for it, as a second job does."""
+
+
 class JobNotFoundError(LookupError):
     def __init__(self, job_id: str):
         super().__init__(f"no re-index job with id {job_id!r}")

@@ -15,17 +15,11 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from models.text import normalize_id
 from service.engine.bm25_postings import RowMoves
-from service.engine.results import HeadsUsed, RankedBook, SearchResult
-from service.engine.tickets import SearchOptions
-
-if TYPE_CHECKING:
-    from service.engine.served_index import ServedIndex
 
 PER_ROW = 2  # a book's ISBNs kept: its hardback's and paperback's, an ISBN-10 and its ISBN-13
 _NOISE = re.compile(r"[\s\-]")
@@ -118,38 +112,3 @@ def looked_up(
     if _ID_LIKE.match(text) and (found := row_of_id(normalize_id(text))) is not None:
         return found, "id"
     return None
-
-
-def lookup_result(
-    index: ServedIndex,
-    text: str,
-    options: SearchOptions,
-    found: tuple[int, str],
-    *,
-    scales: Mapping[str, float],
-    scale: float,
-) -> SearchResult:
-    """The search response of `text`, which names catalog row `found[0]` by `found[1]`: that
-    book alone, all the weight on it (an identifier names one book), where the query's filters
-    keep it; on the first page only. `scales`: every head's, `scale`: the description head's
-    (what a search response shows)."""
-    row, by = found
-    mask = index.filters.mask(options.filters)
-    kept = mask is None or bool(mask[row])
-    hits = [RankedBook(1, index.books.row(row), 1.0, 1.0, {}, relevance_rank=1)]
-    return SearchResult(
-        query=text,
-        model=index.model,
-        scale=scale,
-        heads=HeadsUsed({}, (), scales),
-        entropy=0.0,
-        match_strength=1.0 if kept else 0.0,
-        no_strong_match=not kept,
-        catalog_size=len(index),
-        matched=int(kept),
-        k=options.k,
-        offset=options.offset,
-        generation=index.generation,
-        results=hits if kept and options.offset == 0 else [],
-        lookup=by,
-    )

@@ -156,6 +156,11 @@ class ReindexJobs:
         with self._lock:
             return self._jobs.get(job_id)
 
+    def last(self) -> Job | None:
+        """The job started last (running, or done)."""
+        with self._lock:
+            return self._last
+
     def status(self) -> ProgressSnapshot:
         """The progress of the running job, or of the last one (read-only; for /metrics)."""
         with self._lock:

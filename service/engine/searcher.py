@@ -23,9 +23,9 @@ import torch
 from models.encoder import Encoder
 from service.config.head_weights import BookHeads
 from service.engine.batching import Slice, WaitingLine
-from service.engine.books_like import books_named, like_result
+from service.engine.books_like import books_named, like_result, lookup_result
 from service.engine.exceptions import IndexEmptyError
-from service.engine.isbn_lookup import looked_up, lookup_result
+from service.engine.isbn_lookup import looked_up
 from service.engine.mixing import NO_STRONG_MATCH_BELOW, match_strength
 from service.engine.query_ranking import Ranking, rank_queries
 from service.engine.results import AuthorNamed, HeadsUsed, RankedBook, SearchResult

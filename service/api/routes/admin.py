@@ -14,7 +14,7 @@ from starlette.datastructures import UploadFile
 
 from service.api.deps import AdminDep, JobsDep
 from service.api.error_handlers import NESTED_TOO_DEEP
-from service.api.ops_schemas import JobOut, JobProgress, JobReport, ReindexRequest
+from service.api.ops_schemas import JobOut, ReindexRequest, job_out
 from service.engine.exceptions import BadCatalogRequestError, JobNotFoundError
 from service.engine.reindex_jobs import Job, ReindexJobs
 
@@ -133,36 +133,3 @@ def _is_file(path: Path) -> bool:
         return path.is_file()
     except OSError:
         return False
-
-
-def job_out(job: Job) -> JobOut:
-    p = job.standing()
-    r = job.report
-    return JobOut(
-        id=job.id,
-        state=job.state,
-        catalog=job.catalog,
-        created_at=job.created_at,
-        finished_at=job.finished_at,
-        progress=JobProgress(
-            total=p.total,
-            done=p.done,
-            embedded=p.embedded,
-            books_per_second=round(p.books_per_second, 2),
-            eta_s=None if p.eta_s is None else round(p.eta_s, 1),
-            generation=p.generation,
-        ),
-        report=None
-        if r is None
-        else JobReport(
-            added=r.added,
-            updated=r.updated,
-            unchanged=r.unchanged,
-            removed=r.removed,
-            rejected=len(r.rejected),
-            embedded=r.embedded,
-            generation=r.generation,
-            seconds=round(r.seconds, 2),
-        ),
-        error=job.error,
-    )
