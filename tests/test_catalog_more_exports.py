@@ -68,9 +68,10 @@ def test_book_crossing_is_read_as_exported(tmp_path: Path) -> None:
         ("3442353866", "Der Fluch der Gaukler", ["Gabriel García Márquez"], 1998),
         ("0375404120", "Bästa novellerna", ["Åsa Ländström"], 1887),
     ]
-    assert notices[:3] == [
+    assert notices[:4] == [
         f"{path}: not UTF-8: read as cp1252, the encoding charset-normalizer finds in it, "
         "converted to UTF-8 (--encoding NAME names another)",
+        f"{path}: read as Book-Crossing's BX-Books (its header's columns say so)",
         f"{path}: read as ';'-separated (the header has no comma)",
         f"{path}: read 'Book-Title' as title, 'Book-Author' as authors, 'Year-Of-Publication' "
         "as year, 'ISBN' as the id",
@@ -110,7 +111,9 @@ def goodbooks(folder: Path) -> Path:
 
 
 def test_goodbooks_is_read_as_exported(tmp_path: Path) -> None:
-    books, bad, _ = _read(goodbooks(tmp_path))
+    path = goodbooks(tmp_path)
+    books, bad, notices = _read(path)
+    assert f"{path}: read as goodbooks-10k's books.csv (its header's columns say so)" in notices
     assert bad == []
     assert [(b.id, b.authors, b.year, b.language) for b in books] == [
         ("1", ["Suzanne Collins"], 2008, "eng"),
@@ -142,7 +145,8 @@ def test_storygraph_keeps_the_readers_review_out_of_the_description(
     """The review is the reader's: metadata, not what the book is about; `ISBN/UID` the id; its
     `Tags` (any case) split at commas as the subject headings the subjects head reads."""
     path = storygraph(tmp_path)
-    books, bad, _ = _read(path)
+    books, bad, notices = _read(path)
+    assert f"{path}: read as a StoryGraph export (its header's columns say so)" in notices
     assert bad == []
     piranesi = books[0]
     assert (piranesi.id, piranesi.description) == ("9781635575637", None)

@@ -191,7 +191,8 @@ def test_the_notices_name_each_mapping(tmp_path: Path) -> None:
     assert f"{path}: read 'pubdate' as year, 'comments' as description" in notices
     path = write_export(tmp_path, "goodreads", BOOKS)
     with CatalogSnapshot.take(path) as snapshot:
-        (read, *_) = snapshot.check().notices
+        (known, read, *_) = snapshot.check().notices
+    assert known == f"{path}: read as a Goodreads library export (its header's columns say so)"
     assert "'Additional Authors' as more authors" in read
     assert "'Original Publication Year' as year" in read and "'Year Published' as year" in read
 
@@ -346,3 +347,24 @@ def test_a_column_that_looks_like_a_field_is_named_with_the_option_that_maps_it(
 def snapshot_records(path: Path) -> list[CatalogRecord]:
     with CatalogSnapshot.take(path) as snapshot:
         return list(snapshot.records())
+
+
+@pytest.mark.parametrize(
+    ("name", "export"),
+    [
+        ("goodreads", "a Goodreads library export"),
+        ("calibre", "a Calibre export"),
+        ("librarything", "a LibraryThing export"),
+        ("tsv", None),
+    ],
+)
+def test_a_known_export_is_named_by_its_header(
+    tmp_path: Path, name: str, export: str | None
+) -> None:
+    path = write_export(tmp_path, name, BOOKS)
+    with CatalogSnapshot.take(path) as snapshot:
+        notices = snapshot.check().notices
+    said = [n for n in notices if "header's columns say so" in n]
+    assert said == (
+        [] if export is None else [f"{path}: read as {export} (its header's columns say so)"]
+    )

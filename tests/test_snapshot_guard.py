@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from conftest import ATTEND, FakeEncoder, index_books, index_demo_catalog, write_jsonl
+from conftest import ATTEND, FakeEncoder, index_books, write_jsonl
 from indexer import db, pipeline, snapshot_guard, store
 from indexer.data import DEMO_CATALOG
 from indexer.schema import Generation
@@ -44,6 +44,14 @@ def _index(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProces
     )
 
 
+def _edited_demo(folder: Path) -> Path:
+    """The demo catalog with its last book's title edited: an index of one's own, which the
+    guard keeps (the demo's as it ships is replaced whole: test_mutations_mass_delete)."""
+    books = [json.loads(line) for line in DEMO_CATALOG.read_text(encoding="utf-8").splitlines()]
+    books[-1]["title"] = f"{books[-1]['title']} (edited)"  # not among the third's 60
+    return write_jsonl(folder / "edited_demo.jsonl", books)
+
+
 def _state(url: str) -> tuple[int | None, int, int]:
     """The active generation, its books, and how many generations the database holds."""
     engine = db.create_db_engine(url)
@@ -60,7 +68,19 @@ def _state(url: str) -> tuple[int | None, int, int]:
 def test_attend_index_refuses_a_snapshot_that_would_wipe_the_index(
     database_url: str, tmp_path: Path
 ) -> None:
-    index_demo_catalog(database_url)  # 180 books (fake encoder: the refusals come before it)
+    # 180 books (fake encoder: the refusals come before it), one edited: no longer the demo
+    # catalog as it ships, which a catalog of one's own may replace whole
+    engine = db.create_db_engine(database_url)
+    try:
+        db.upgrade(engine)
+        pipeline.run(
+            IndexSettings(database_url=database_url),
+            engine=engine,
+            encoder=FakeEncoder(),
+            path=_edited_demo(tmp_path),
+        )
+    finally:
+        engine.dispose()
     assert _state(database_url) == (1, 180, 1)
     env = {**os.environ, "ATTEND_DATABASE_URL": database_url}
 
@@ -102,7 +122,7 @@ def test_the_bound_is_a_setting_and_keep_missing_removes_nothing(
 ) -> None:
     url = engine.url.render_as_string(hide_password=False)
     settings = IndexSettings(database_url=url)
-    pipeline.run(settings, engine=engine, encoder=FakeEncoder(), path=DEMO_CATALOG)
+    pipeline.run(settings, engine=engine, encoder=FakeEncoder(), path=_edited_demo(tmp_path))
     third = _third_of_the_demo(tmp_path)
     with pytest.raises(snapshot_guard.SnapshotRefusedError, match="would remove 120 of"):
         pipeline.run(settings, engine=engine, encoder=FakeEncoder(), path=third)

@@ -231,3 +231,20 @@ def derived_id(title: str, authors: list[str]) -> str:
     ascii_title = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode()
     slug = _SLUG_DROP.sub("-", ascii_title.lower()).strip("-")[:48].rstrip("-") or "book"
     return f"{slug}-{digest}"
+
+
+# the exports known by their headers: the columns only that export has, as `_normal` reads them
+EXPORTS = (
+    ("a Goodreads library export", {"book_id", "author_l_f", "exclusive_shelf"}),
+    ("a Calibre export", {"author_sort", "uuid", "series_index"}),
+    ("a LibraryThing export", {"primary_author", "sort_character"}),
+    ("a StoryGraph export", {"isbn/uid", "read_status"}),
+    ("Book-Crossing's BX-Books", {"book_title", "book_author", "year_of_publication"}),
+    ("goodbooks-10k's books.csv", {"goodreads_book_id", "original_title", "language_code"}),
+)
+
+
+def export_of(names: list[str]) -> str | None:
+    """The export a header is (its columns hold one's own), or None."""
+    normal = {_normal(n) for n in names}
+    return next((name for name, own in EXPORTS if own <= normal), None)

@@ -81,6 +81,7 @@ class CatalogScan:
         self._delimiter = ","
         self._tabs = False  # tab-separated by the file's name (.tsv)
         self._above: list[int] = []  # the lines above the header row, skipped
+        self._export: str | None = None  # the export the header is, where it is a known one
 
     def __iter__(self) -> Iterator[CatalogRecord | InvalidRow]:
         seen: dict[str, int] = {}
@@ -147,6 +148,8 @@ class CatalogScan:
         name."""
         out = self._marc.notices(self.name, self._fmt) if self._fmt in ("marc", "marcxml") else []
         out += self._openlibrary.notices(self.name)
+        if self._export is not None:
+            out.append(f"{self.name}: read as {self._export} (its header's columns say so)")
         if self._delimiter != ",":
             shown = "tab" if self._delimiter == "\t" else repr(self._delimiter)
             why = "its name" if self._tabs else "the header has no comma"
@@ -234,6 +237,7 @@ class CatalogScan:
         if (problem := columns.header_problem(names, self._names)) is not None:
             self._header_error(line, problem)
         self._unnamed = [i for i, n in enumerate(names, start=1) if not n]
+        self._export = columns.export_of(names)
         kinds = [self._names.field_of(n) for n in names]
         for line, cells in rows:
             if isinstance(cells, str):
