@@ -69,7 +69,7 @@ def parse_row(raw: dict[str, Any], line: int, names: ColumnNames = NAMES) -> Par
     description = _text(picked, "description", problems)
     if description is not None and looks_like_html(description):
         description = html_to_text(description) or None  # Calibre's comments
-    excel_isbn = _excel_isbn(picked)
+    excel_isbn = "" if "id" in picked else _excel_isbn(picked)  # only an id-to-be is lost
     book_id, id_from = _id(picked, title, authors, extra, problems)
     if problems:
         raise RowError("; ".join(problems))
