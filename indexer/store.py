@@ -9,7 +9,6 @@ The keys loaded into arrays are indexer/loaded_index.py. Writes live in `indexer
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from indexer.catalog import is_valid_id
+from indexer.catalog.columns import normal_name
 from indexer.schema import ACTIVE, Book, Generation, IndexMetadata
 
 
@@ -89,7 +89,6 @@ ISBN_FIELDS = frozenset({"isbn", "isbn13", "isbn_13", "isbn10", "isbn_10", "isbn
 # the metadata fields of a book's average rating by its readers (the shared catalog's and
 # goodbooks-10k's `average_rating`, Goodreads' `Average Rating`; not a reader's own `Rating`)
 AVERAGE_RATING_FIELDS = ("average_rating", "avg_rating")
-_FIELD_NOISE = re.compile(r"[\s\-]+")
 # the metadata fields of how many readers rated a book (Goodreads' `ratings_count`)
 RATINGS_FIELDS = ("ratings_count", "num_ratings", "rating_count", "number_of_ratings")
 
@@ -144,11 +143,7 @@ def _extras(
     extra: dict[str, Any],
 ) -> tuple[tuple[str, ...], int | None, tuple[str, ...], tuple[str, ...], float | None]:
     # names as the catalog reader reads them: any case, a space or a hyphen an underscore
-    named = {
-        _FIELD_NOISE.sub("_", k.strip().casefold()): v
-        for k, v in extra.items()
-        if isinstance(k, str)
-    }
+    named = {normal_name(k): v for k, v in extra.items() if isinstance(k, str)}
     return (
         _subjects(named),
         _rating_count(named),

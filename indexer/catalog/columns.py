@@ -77,22 +77,23 @@ _SLUG_DROP = re.compile(r"[^a-z0-9]+")
 def field_of(name: str) -> str | None:
     """The field column `name` holds ("Author" → "authors", "ISBN13" → "isbn"), or None:
     metadata."""
-    return _FIELD_OF.get(_normal(name))
+    return _FIELD_OF.get(normal_name(name))
 
 
-def _normal(name: str) -> str:
+def normal_name(name: str) -> str:
+    """A field's name as names are matched: lower case, spaces and hyphens one underscore."""
     return re.sub(r"[\s\-]+", "_", name.strip().lower())
 
 
 @lru_cache(maxsize=4096)
 def name_rank(name: str) -> int:
     """Where `name` stands among its field's names: the lowest rank is read, if it has a value."""
-    return _RANK.get(_normal(name), 0)
+    return _RANK.get(normal_name(name), 0)
 
 
 def date_year(name: str, value: str) -> int | None:
     """The year of a date column's text, None where it has none (or `name` is no date column)."""
-    if _normal(name) not in DATE_NAMES:
+    if normal_name(name) not in DATE_NAMES:
         return None
     found = _DATE_YEAR.search(value)
     return int(found.group(1)) if found else None
@@ -118,7 +119,7 @@ def cell_year(cell: str) -> int | str:
 
 
 def is_date(name: str) -> bool:
-    return _normal(name) in DATE_NAMES
+    return normal_name(name) in DATE_NAMES
 
 
 class ColumnNames:
@@ -126,7 +127,7 @@ class ColumnNames:
     names exports use. Raises ValueError for a mapping to a name that is none of MAPPABLE."""
 
     def __init__(self, mapping: dict[str, str] | None = None):
-        self.mapping = {_normal(k): v.strip().lower() for k, v in (mapping or {}).items()}
+        self.mapping = {normal_name(k): v.strip().lower() for k, v in (mapping or {}).items()}
         for name, f in self.mapping.items():
             if f not in MAPPABLE:
                 raise ValueError(
@@ -135,17 +136,17 @@ class ColumnNames:
                 )
 
     def field_of(self, name: str) -> str | None:
-        if self.mapping and (f := self.mapping.get(_normal(name))) is not None:
+        if self.mapping and (f := self.mapping.get(normal_name(name))) is not None:
             return None if f == METADATA else f
         return field_of(name)
 
     def name_rank(self, name: str) -> int:
-        return -1 if self.mapping and _normal(name) in self.mapping else name_rank(name)
+        return -1 if self.mapping and normal_name(name) in self.mapping else name_rank(name)
 
     def lookalike(self, name: str) -> str | None:
         """The field a metadata column `name` looks like it holds, when it is none of that
         field's names and the user did not map it (so it was not read): else None."""
-        normal = _normal(name)
+        normal = normal_name(name)
         if normal in self.mapping or normal in _FIELD_OF or _NOT_LOOKALIKE.search(normal):
             return None
         return next((f for f, words in _LOOKALIKE if words.search(normal)), None)
@@ -233,7 +234,7 @@ def derived_id(title: str, authors: list[str]) -> str:
     return f"{slug}-{digest}"
 
 
-# the exports known by their headers: the columns only that export has, as `_normal` reads them
+# the exports known by their headers: the columns only that export has, as `normal_name` reads them
 EXPORTS = (
     ("a Goodreads library export", {"book_id", "author_l_f", "exclusive_shelf"}),
     ("a Calibre export", {"author_sort", "uuid", "series_index"}),
@@ -246,5 +247,5 @@ EXPORTS = (
 
 def export_of(names: list[str]) -> str | None:
     """The export a header is (its columns hold one's own), or None."""
-    normal = {_normal(n) for n in names}
+    normal = {normal_name(n) for n in names}
     return next((name for name, own in EXPORTS if own <= normal), None)
