@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,12 +28,26 @@ class Filters:
     year_max: int | None = None
     language: str | None = None  # a language code in any ISO 639 form (indexer/languages.py)
     exclude: frozenset[str] = frozenset()  # ids left out (the books a similar query starts from)
+    subject: str | None = None  # a subject heading, whole (case, accents, punctuation aside)
+    series: str | None = None  # a series, whole, as a title's marker or the row names it
+    # the catalog rows a subject or series filter keeps, where the columns hold no names (a
+    # shard's: service/cluster/shards/router.py sends them); None: the columns' `named` finds them
+    within: tuple[int, ...] | None = None
 
     @property
     def active(self) -> bool:
-        return bool(self.exclude) or any(
-            v is not None for v in (self.author, self.year_min, self.year_max, self.language)
-        )
+        bounds = (self.author, self.year_min, self.year_max, self.language)
+        return bool(self.exclude) or self.by_name or any(v is not None for v in bounds)
+
+    @property
+    def by_name(self) -> bool:
+        """Whether a subject or series filter is among these: the catalog's names answer it."""
+        return self.subject is not None or self.series is not None
+
+
+# the rows of the books filed under a subject heading or in a series: (field, value) → rows,
+# "subject" or "series" (service/engine/catalog_names.py `CatalogNames.rows_named`)
+NamedRows = Callable[[str, str], np.ndarray]
 
 
 class FilterColumns:
@@ -51,12 +65,18 @@ class FilterColumns:
         *,
         device: torch.device,
         follows: tuple[FilterColumns, np.ndarray] | None = None,
+        named: NamedRows | None = None,
+        offset: int = 0,
     ):
         """`follows`: the columns of the generation before, and where each of these rows was
         there ((N,) int64, −1 for a changed book): its columns moved (and its ids' hashes), only
-        the changed books' values made (the same columns as made whole)."""
+        the changed books' values made (the same columns as made whole). `named`: the rows of
+        a subject heading or a series (None: a shard's columns, whose filters carry their rows,
+        `Filters.within`); `offset`: the catalog row of these books' first (a shard's start)."""
         self.device = device
         self.size = len(books)
+        self.named = named
+        self.offset = offset
         rows: Sequence[int] = range(len(books))
         if follows is not None:
             before, sources = follows
@@ -133,7 +153,26 @@ class FilterColumns:
         if filters.author is not None:
             name = filters.author.casefold()
             keep &= torch.tensor([name in a for a in self._author], dtype=torch.bool)
+        if filters.by_name:
+            keep &= self._named_mask(filters)
         for book_id in filters.exclude:
             if (row := self.row_of(book_id)) is not None:
                 keep[row] = False
         return keep.to(self.device)
+
+    def _named_mask(self, filters: Filters) -> Tensor:
+        """(N,) bool: the books that a subject or series filter keeps."""
+        if filters.within is not None:
+            rows = np.asarray(filters.within, np.int64) - self.offset
+            rows = rows[(rows >= 0) & (rows < self.size)]
+        elif self.named is not None:
+            rows = np.arange(self.size)
+            if filters.subject is not None:
+                rows = np.intersect1d(rows, self.named("subject", filters.subject))
+            if filters.series is not None:
+                rows = np.intersect1d(rows, self.named("series", filters.series))
+        else:
+            raise ValueError("a subject or series filter needs the catalog's names or its rows")
+        keep = torch.zeros(self.size, dtype=torch.bool)
+        keep[torch.from_numpy(rows)] = True
+        return keep

@@ -111,9 +111,10 @@ def _by_book(served: ServedIndex) -> dict[str, tuple[Any, ...]]:
         out[ids[r]] = (
             served.books.row(r),
             names.rows.authors[r],
-            [names._written(key) for key in names.rows.authors[r]],
+            [names.written(key) for key in names.rows.authors[r]],
             names.rows.series[r],
             names.rows.subjects[r],
+            [names.rows.written[k] for k in (*names.rows.subjects[r], *names.rows.series[r])],
             tuple(names.rows.work_keys[r].tolist()),
             names.principal[r],
             {ids[m] for m in names.author_mates(r)},

@@ -16,6 +16,7 @@ from indexer.book_columns import BookFields
 from indexer.filters import Filters
 from models.text import is_blank, normalize_text
 from service.config.head_weights import HEADS, MAX_HEADS_CHARS, parse_heads
+from service.engine.facets import FACET_VALUES, FACETS, MAX_FACET_VALUES
 from service.engine.results import HeadsUsed, SearchResult
 from service.engine.tickets import SearchOptions
 
@@ -74,6 +75,15 @@ def _parsed_heads(value: str) -> str:
     return value
 
 
+def _facet_names(value: str) -> str:
+    names = value.split(",")
+    if unknown := [n for n in names if n not in FACETS]:
+        raise ValueError(f"no facet {unknown[0]!r}; facets: {', '.join(FACETS)}")
+    if len(set(names)) < len(names):
+        raise ValueError("a facet is named twice")
+    return value
+
+
 # `name:weight,…`, checked by parse_heads (a request's `heads`)
 HeadWeights = Annotated[
     str, Field(min_length=1, max_length=MAX_HEADS_CHARS), AfterValidator(_parsed_heads)
@@ -103,6 +113,32 @@ class PageAndFilters(BaseModel):
         max_length=64,
         description="Keep books in this language: a code in any ISO 639 form, matched as the "
         "language it names (fr, fre, fra and fr-CA are one).",
+    )
+    subject: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="Keep books filed under this subject heading, whole (case, accents and "
+        "punctuation aside): a `subjects` facet value, or a heading as the catalog writes it.",
+    )
+    series: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="Keep books of this series, whole (case, accents and punctuation aside): "
+        'a `series` facet value, the series of a title\'s "(Discworld, #4)" marker or of a '
+        "catalog's series column.",
+    )
+    facets: Annotated[str, AfterValidator(_facet_names)] | None = Field(
+        None,
+        max_length=200,
+        description=f"Facets to return, comma-separated: {', '.join(FACETS)} (years by decade). "
+        "Each lists its values over the relevant books (as `sort` defines them) with their "
+        "`count` and `weight`, the share of the query's attention on the books with the value "
+        "(Σ of their weights), the heaviest first, and the parameters that filter on it.",
+    )
+    facet_size: int = Field(
+        FACET_VALUES, ge=1, le=MAX_FACET_VALUES, description="Values per facet at most."
     )
     sort: Literal["year", "-year", "title", "-title", "rating", "-rating"] | None = Field(
         None,
@@ -136,9 +172,18 @@ class PageAndFilters(BaseModel):
         return SearchOptions(
             k=self.k,
             offset=self.offset,
-            filters=Filters(self.author, self.year_min, self.year_max, self.language),
+            filters=Filters(
+                self.author,
+                self.year_min,
+                self.year_max,
+                self.language,
+                subject=self.subject,
+                series=self.series,
+            ),
             heads=parse_heads(self.heads) if self.heads else None,
             sort=self.sort,
+            facets=tuple(self.facets.split(",")) if self.facets else (),
+            facet_size=self.facet_size,
         )
 
 
@@ -275,6 +320,31 @@ class AuthorNamedOut(BaseModel):
     )
 
 
+class FacetValueOut(BaseModel):
+    value: str = Field(
+        description="An author as the catalog writes the name, a decade (`1990s`), a language "
+        "code, a subject heading or a series (those two folded: lower case, no accents)."
+    )
+    count: int = Field(description="The relevant books with this value.")
+    weight: float = Field(
+        description="Σ of their weights: the share of the query's attention on them."
+    )
+    filter: dict[str, str] = Field(
+        description="The search parameters that keep only the books with this value."
+    )
+
+
+class FacetOut(BaseModel):
+    books: int = Field(description="The relevant books the facet counts.")
+    weight: float = Field(
+        description="Σ of their weights. A book's decade and language are one value each, so "
+        "their values' weights sum to this at most; a book with several authors, headings or "
+        "series counts under each."
+    )
+    values: list[FacetValueOut] = Field(description="The heaviest first, `facet_size` at most.")
+    more: int = Field(description="Values left out.")
+
+
 class SearchResponse(BaseModel):
     query: str
     model: str = Field(description="Encoder that embedded the query and the keys.")
@@ -320,6 +390,12 @@ class SearchResponse(BaseModel):
         None,
         description="With `sort`: the relevant books sorted (weight at least 1% of the top's, "
         "1,000 at most), which the pages run over; null without.",
+    )
+    facets: dict[str, FacetOut] | None = Field(
+        None,
+        description="The facets asked for, by name, over the relevant books (weight at least "
+        "1% of the top's, 1,000 at most, a work once at its best edition's weight); null "
+        "without `facets`, and for a `like` or `lookup` query.",
     )
     lookup: Literal["isbn", "id"] | None = Field(
         None,

@@ -101,7 +101,7 @@ class CatalogNames:
     ):
         """`word_rows`: where the catalog's titles and descriptions use a word (the served
         index's more-like-this index), for the surnames that are words (`_words_of`);
-        `written`: each row's authors as the catalog writes them (`_written`); `made`: the
+        `written`: each row's authors as the catalog writes them (`written`); `made`: the
         works and the surnames that are words as `arrays()` kept them, not made again."""
         self.rows = rows
         self._written_by_row = written
@@ -241,6 +241,20 @@ class CatalogNames:
                 words.add(word)
         return frozenset(words)
 
+    # ---- the filters by name (indexer/filters.py `Filters.subject`, `Filters.series`)
+
+    def rows_named(self, field: str, value: str) -> np.ndarray:
+        """(R,) int64 sorted: the rows filed under the subject heading `value` ("subject") or
+        in the series `value` ("series"), whole names folded as the catalog's are. A heading is
+        found by a pass over the rows (the filter columns cache the masks it makes)."""
+        key = " ".join(fold(value))
+        if field == "series":
+            return np.asarray(self._series_rows.get(key, []), np.int64)
+        if field == "subject":
+            held = (r for r, headings in enumerate(self.rows.subjects) if key in headings)
+            return np.fromiter(held, np.int64)
+        raise ValueError(f"no names of {field!r}")
+
     # ---- a book's mates
 
     def author_mates(self, row: int) -> list[int]:
@@ -281,7 +295,7 @@ class CatalogNames:
                 if not (keys := self._named(words, i, n)):
                     continue
                 rows = {r for key in keys for r in self._author_rows[key]}
-                name = self._written(max(sorted(keys), key=lambda k: len(self._author_rows[k])))
+                name = self.written(max(sorted(keys), key=lambda k: len(self._author_rows[k])))
                 if n == len(words) and holding is not None:  # the name alone
                     others = len(holding(" ".join(words))) - len(rows)
                     if others > 2 * len(rows):  # clearly more a subject than an author
@@ -292,7 +306,7 @@ class CatalogNames:
                 if other := self._joined(words, start, stop, joined="&" in query):
                     (start, stop), more, word = other
                     rows |= {r for key in more for r in self._author_rows[key]}
-                    second = self._written(
+                    second = self.written(
                         max(sorted(more), key=lambda k: len(self._author_rows[k]))
                     )
                     name = f"{second} {word} {name}" if start < i else f"{name} {word} {second}"
@@ -300,7 +314,7 @@ class CatalogNames:
                 return NamedAuthor(name, tuple(sorted(rows)), intent)
         return None
 
-    def _written(self, key: AuthorKey) -> str:
+    def written(self, key: AuthorKey) -> str:
         """The author's name as the first book crediting it writes it (folded again for the
         few names a query names: a swap keeps no table of written names to move)."""
         first = self._author_rows[key][0]

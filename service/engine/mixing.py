@@ -79,29 +79,42 @@ class Mixed:
         return cls([heads[c] for c in columns], columns, pi[:, columns], used, abstained, answered)
 
 
+class HitParts:
+    """A ranking's hits: per query, each hit's row and where it is in the mixture, and, asked
+    for one hit at a time, its part of each head the query used (`heads`: one component per
+    head; a scored head's −inf score, a book it leaves out, is shown as 0). The parts are made
+    for the hits a page shows, not for every hit ranked (a sort's or facets' thousand)."""
+
+    def __init__(self, mix: Mixture, heads: Sequence[str], used: Sequence[dict[str, float]]):
+        if len(set(heads)) != len(heads):
+            raise ValueError(f"one component per head, got {list(heads)}")
+        self.heads, self.used = list(heads), used
+        # (B, K, H) float64 on the host: a hit's parts are one row of each
+        self._raw, self._probs, self._shares = (
+            t.detach().cpu().double().numpy() for t in (mix.scores, mix.probs, mix.shares)
+        )
+        self.rows = [
+            [(row, r) for r, row in enumerate(hits) if row >= 0] for hits in mix.indices.tolist()
+        ]  # per query: (row, its place in the mixture's lists)
+
+    def parts(self, b: int, r: int) -> dict[str, HeadPart]:
+        """Query b's hit at place r: its part of each head the query used."""
+        raw, probs = self._raw[b, r].tolist(), self._probs[b, r].tolist()
+        shares = self._shares[b, r].tolist()
+        return {
+            h: HeadPart(shown(h, raw[j]), probs[j], shares[j])
+            for j, h in enumerate(self.heads)
+            if h in self.used[b]
+        }
+
+
 def hit_parts(
     mix: Mixture, heads: Sequence[str], used: Sequence[dict[str, float]]
 ) -> list[list[tuple[int, dict[str, HeadPart]]]]:
-    """Per query, each hit's row and its part of each head the query used (`heads`: one
-    component per head; a scored head's −inf score, a book it leaves out, is shown as 0)."""
-    if len(set(heads)) != len(heads):
-        raise ValueError(f"one component per head, got {list(heads)}")
-    rows, raw = mix.indices.tolist(), mix.scores.tolist()
-    probs, shares = mix.probs.tolist(), mix.shares.tolist()
-    out = []
-    for b, hits in enumerate(rows):
-        ranked = []
-        for r, row in enumerate(hits):
-            if row < 0:
-                continue
-            parts = {
-                h: HeadPart(shown(h, raw[b][r][j]), probs[b][r][j], shares[b][r][j])
-                for j, h in enumerate(heads)
-                if h in used[b]
-            }
-            ranked.append((row, parts))
-        out.append(ranked)
-    return out
+    """Per query, each hit's row and its part of each head the query used (`HitParts`, every
+    hit's made)."""
+    made = HitParts(mix, heads, used)
+    return [[(row, made.parts(b, r)) for row, r in rows] for b, rows in enumerate(made.rows)]
 
 
 def shown(head: str, score: float) -> float:

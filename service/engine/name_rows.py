@@ -58,26 +58,35 @@ def name_key(name: str) -> AuthorKey:
 def series_keys(title: str) -> tuple[str, ...]:
     """The series a title names: ("discworld",) for "Mort (Discworld  #4)", ("discworld",
     "witches") for "Lords and Ladies (Discworld  #14; Witches #4)", () without a marker."""
+    return tuple(_series_names(title))
+
+
+def _series_names(title: str) -> dict[str, str]:
+    """The series a title's marker names: each key, and the name as the title writes it."""
     m = _MARKER.search(title)
     if not m:
-        return ()
-    keys = []
+        return {}
+    names: dict[str, str] = {}
     for part in m.group(1).split(";"):
-        named = _PART.match(part.strip())
-        key = " ".join(fold(named.group(1))) if named else ""
-        if key and key not in keys:
-            keys.append(key)
-    return tuple(keys)
+        if (named := _PART.match(part.strip())) and (key := " ".join(fold(named.group(1)))):
+            names.setdefault(key, named.group(1).strip())
+    return names
 
 
-def row_series(title: str, named: Sequence[str]) -> tuple[str, ...]:
+def row_series(
+    title: str, named: Sequence[str], written: dict[str, str] | None = None
+) -> tuple[str, ...]:
     """The series of a book: its title's marker's, then those its row names (`named`), folded
-    as a marker's are, so "Discworld" named and "(Discworld, #4)" in a title are one series."""
-    keys = list(series_keys(title))
+    as a marker's are, so "Discworld" named and "(Discworld, #4)" in a title are one series.
+    `written`: where each key's name as first written is kept."""
+    names = _series_names(title)
     for name in named:
-        if (key := " ".join(fold(name))) and key not in keys:
-            keys.append(key)
-    return tuple(keys)
+        if key := " ".join(fold(name)):
+            names.setdefault(key, name.strip())
+    if written is not None:
+        for key, name in names.items():
+            written.setdefault(key, name)
+    return tuple(names)
 
 
 def title_words(title: str) -> list[str]:
@@ -114,6 +123,10 @@ class NameRows:
     series: list[tuple[str, ...]]
     subjects: list[tuple[str, ...]]  # every heading, folded, distinct within a row
     work_keys: np.ndarray  # (N, 2) int64: `work_keys` of each row
+    # a heading's or series' key → the name as the catalog first wrote it (what a facet shows):
+    # a table of the distinct names, kept across swaps (a name no row holds any more is shown
+    # by nothing)
+    written: dict[str, str]
 
     @classmethod
     def of(
@@ -140,13 +153,18 @@ class NameRows:
                     keys.append(key)
             row_authors.append(row_keys.setdefault(tuple(keys), tuple(keys)))
         one_series: dict[tuple[str, ...], tuple[str, ...]] = {}  # one object each, as above
+        written: dict[str, str] = {}
         named = series or [()] * len(titles)
-        row_keys_of = map(row_series, titles, named)
+        row_keys_of = (row_series(t, n, written) for t, n in zip(titles, named, strict=True))
         series_rows = [one_series.setdefault(k, k) for k in row_keys_of]
-        headings = [
-            tuple(dict.fromkeys(k for h in heads if (k := " ".join(fold(h)))))
-            for heads in subjects or [()] * len(titles)
-        ]
+        headings: list[tuple[str, ...]] = []
+        for heads in subjects or [()] * len(titles):
+            folded: dict[str, None] = {}
+            for h in heads:
+                if heading := " ".join(fold(h)):
+                    folded[heading] = None
+                    written.setdefault(heading, h.strip())
+            headings.append(tuple(folded))
         work = np.array(
             [
                 work_keys(title, descriptions[row] if descriptions else None, by[0] if by else None)
@@ -154,7 +172,7 @@ class NameRows:
             ],
             np.int64,
         ).reshape(len(titles), 2)
-        return cls(row_authors, series_rows, headings, work)
+        return cls(row_authors, series_rows, headings, work, written)
 
     def __len__(self) -> int:
         return len(self.authors)
@@ -172,6 +190,7 @@ class NameRows:
             moved(self.series, moves, changed.series),
             moved(self.subjects, moves, changed.subjects),
             keys,
+            {**changed.written, **self.written},
         )
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -187,7 +206,8 @@ class NameRows:
             table: dict[str, int] = {}
             rows = [[table.setdefault(k, len(table)) for k in keys] for keys in column]
             out |= text_arrays(name, list(table)) | lists_arrays(f"row_{name}", rows)
-        return out
+        out |= text_arrays("written_keys", list(self.written))
+        return out | text_arrays("written", list(self.written.values()))
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> NameRows:
@@ -204,7 +224,9 @@ class NameRows:
         lengths = {len(row_authors), len(series), len(subjects)}
         if keys.ndim != 2 or keys.shape[1] != 2 or lengths != {len(keys)}:
             raise ValueError("the books' names in columns of other lengths")
-        return cls(row_authors, series, subjects, keys)
+        keyed = text_of_arrays(arrays, "written_keys")
+        written = dict(zip(keyed, text_of_arrays(arrays, "written"), strict=True))
+        return cls(row_authors, series, subjects, keys, written)
 
 
 def _rows_of(table: Sequence[T], rows: list[tuple[int, ...]]) -> list[tuple[T, ...]]:

@@ -33,7 +33,7 @@ weight 0 and `abstained`. A head with π = 0 in every row of a batch is not run.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -43,11 +43,35 @@ from indexer.filters import Filters
 from models.local_heads import rows_kept
 from service.config.head_weights import AUTHOR, DENSE_HEADS, HEADS, LEXICAL, SCORED_HEADS
 from service.engine.catalog_names import NamedAuthor
-from service.engine.mixing import hit_parts
+from service.engine.mixing import HitParts
 from service.engine.ranking import Component, rank
 from service.engine.results import HeadPart
 from service.engine.scored_heads import lexical_head, restricted_head, uniform
 from service.engine.served_index import RANK_FIELD, ServedIndex
+
+
+class Parts(Mapping[str, HeadPart]):
+    """A hit's part of each head, made when first read (`HitParts.parts`): a sort or facets
+    rank a thousand hits a query and show a page of them."""
+
+    def __init__(self, hits: HitParts, b: int, r: int):
+        self._of: tuple[HitParts, int, int] | None = (hits, b, r)
+        self._parts: dict[str, HeadPart] = {}
+
+    def _made(self) -> dict[str, HeadPart]:
+        if self._of is not None:
+            hits, b, r = self._of
+            self._parts, self._of = hits.parts(b, r), None
+        return self._parts
+
+    def __getitem__(self, head: str) -> HeadPart:
+        return self._made()[head]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._made())
+
+    def __len__(self) -> int:
+        return len(self._made())
 
 
 @dataclass(frozen=True)
@@ -55,7 +79,7 @@ class Hit:
     row: int
     score: float  # q·k with the description key (the value's key)
     weight: float  # Σ_h π_h p_h
-    heads: dict[str, HeadPart]
+    heads: Mapping[str, HeadPart]
     editions: tuple[int, ...] = ()  # rows of the work's other editions ranked below it
 
 
@@ -120,17 +144,17 @@ def rank_queries(
         desc = description_scores(index, q, mix.indices, filters=filters)
     assert mix.entropy is not None
     entropy, matched = mix.entropy.tolist(), mix.matched.tolist()
-    hits = hit_parts(mix, mixed.components, mixed.used)
+    hits = HitParts(mix, mixed.components, mixed.used)
     descs, weights = desc.tolist(), mix.weights.tolist()
     works = index.names.works
 
     def one_slot(b: int) -> list[Hit]:
         if not mixed.answered[b]:
             return []  # every head it asked for abstained (service/engine/mixing.py)
-        at = {row: r for r, (row, _) in enumerate(hits[b])}
-        slots = works.one_slot(row for row, _ in hits[b])[:k]
+        at = dict(hits.rows[b])
+        slots = works.one_slot(row for row, _ in hits.rows[b])[:k]
         return [
-            Hit(row, descs[b][at[row]], weights[b][at[row]], hits[b][at[row]][1], tuple(below))
+            Hit(row, descs[b][at[row]], weights[b][at[row]], Parts(hits, b, at[row]), tuple(below))
             for row, below in slots
         ]
 

@@ -11,6 +11,26 @@ from indexer.book_columns import BookFields
 
 
 @dataclass(frozen=True)
+class FacetValue:
+    """One value of a search's facet (service/engine/facets.py)."""
+
+    value: str  # as shown: an author, a heading or a series as the catalog writes it, "1990s"
+    filter: dict[str, str]  # the search parameters that keep only the books with it
+    count: int  # relevant books with it
+    weight: float  # Σ of their weights: the share of the query's attention on them
+
+
+@dataclass(frozen=True)
+class Facet:
+    """One field's values over a search's relevant books (service/engine/facets.py)."""
+
+    books: int  # the relevant books counted
+    weight: float  # Σ of their weights
+    values: list[FacetValue]  # the heaviest first, at most the size asked for
+    more: int  # values left out
+
+
+@dataclass(frozen=True)
 class BookRecord:
     """One book as the served generation holds it, every field."""
 
@@ -82,6 +102,7 @@ class SearchResult:
     lookup: str | None = None  # "isbn" or "id": the query names one book so, the results' only
     sort: str | None = None  # the order of the relevant books (service/engine/sorting.py)
     sorted_books: int | None = None  # with `sort`: the relevant books the pages run over
+    facets: dict[str, Facet] | None = None  # those asked for (service/engine/facets.py)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from service.config.head_weights import BookHeads
 from service.engine.batching import Slice, WaitingLine
 from service.engine.books_like import books_named, like_result, lookup_result
 from service.engine.exceptions import IndexEmptyError
+from service.engine.facets import facets
 from service.engine.isbn_lookup import looked_up
 from service.engine.mixing import NO_STRONG_MATCH_BELOW, match_strength
 from service.engine.query_ranking import Ranking, rank_queries
@@ -221,10 +222,11 @@ class Searcher:
         rankings: dict[int, Ranking] = {}
         if typed:
             q = self._encode([texts[i] for i in typed], between)  # (B, d)
-            # a sorted query ranks SORT_POOL books, the others their pages: apart, so that one
-            # sort does not make every query of the batch rank a thousand
-            for sorting in (False, True):
-                group = [j for j, i in enumerate(typed) if (options[i].sort is not None) == sorting]
+            # a sorted or faceted query ranks its relevant books (SORT_POOL), the others their
+            # pages: apart, so that one sort does not make every query of the batch rank a
+            # thousand
+            for wide in (False, True):
+                group = [j for j, i in enumerate(typed) if options[i].wide == wide]
                 if not group:
                     continue
                 at = [typed[j] for j in group]
@@ -233,7 +235,7 @@ class Searcher:
                     index,
                     q[group],
                     [texts[i] for i in at],
-                    k=SORT_POOL if sorting else pages,
+                    k=max(SORT_POOL, pages) if wide else pages,
                     heads=[options[i].heads or self.heads for i in at],
                     scales=self.scales,
                     filters=[options[i].filters for i in at],
@@ -308,7 +310,7 @@ class Searcher:
                     index.books.row(hit.row),
                     hit.score,
                     hit.weight,
-                    hit.heads,
+                    dict(hit.heads),
                     index.named_books(hit.editions),
                     relevance_rank=place,
                 )
@@ -316,4 +318,7 @@ class Searcher:
             ],
             sort=options.sort,
             sorted_books=None if options.sort is None else len(pool),
+            facets=facets(index, ranking.hits, options.facets, options.facet_size)
+            if options.facets
+            else None,
         )

@@ -182,6 +182,7 @@ class ServedIndex:
             index.books,
             device=keys.device,
             follows=None if follows is None else (previous.filters, moves.sources),
+            named=self.names.rows_named,
         )
         self.readers = readers_of(self.rating_counts)
 
@@ -225,7 +226,9 @@ class ServedIndex:
         served.names = CatalogNames.from_arrays(
             part_of(arrays, "names"), served.like_this.word_rows, books.authors
         )
-        served.filters = FilterColumns(books, device=served.keys.device)
+        served.filters = FilterColumns(
+            books, device=served.keys.device, named=served.names.rows_named
+        )
         served.rating_counts = np.array(arrays["rating_counts"], np.float64)
         served.readers = readers_of(served.rating_counts)
         served.isbns = IsbnRows.from_arrays(arrays, len(books))

@@ -13,7 +13,7 @@ keys keep their order by weight. Each keeps its weight and its place by weight
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from service.engine.name_rows import title_words
@@ -26,13 +26,20 @@ SORT_FLOOR = 0.01  # of the top weight: a lighter book is not among the relevant
 _ARTICLES = frozenset({"the", "a", "an"})
 
 
-def sorted_hits(index: ServedIndex, hits: list[Hit], sort: str) -> list[tuple[Hit, int]]:
-    """The relevant ones of `hits` (best first) in `sort`'s order, each with its 1-based place
-    by weight."""
+def relevant_hits(hits: Sequence[Hit]) -> list[tuple[Hit, int]]:
+    """The relevant ones of `hits` (best first), each with its 1-based place by weight: a
+    weight of SORT_FLOOR of the top's at least, the first SORT_POOL (what a sort orders and a
+    facet counts, service/engine/facets.py)."""
     if not hits:
         return []
     floor = SORT_FLOOR * hits[0].weight
-    pool = [(h, place) for place, h in enumerate(hits[:SORT_POOL], start=1) if h.weight >= floor]
+    return [(h, place) for place, h in enumerate(hits[:SORT_POOL], start=1) if h.weight >= floor]
+
+
+def sorted_hits(index: ServedIndex, hits: list[Hit], sort: str) -> list[tuple[Hit, int]]:
+    """The relevant ones of `hits` (best first) in `sort`'s order, each with its 1-based place
+    by weight."""
+    pool = relevant_hits(hits)
     key = _key(index, sort.lstrip("-"))
     known = [(h, p) for h, p in pool if key(h.row) is not None]
     unknown = [(h, p) for h, p in pool if key(h.row) is None]

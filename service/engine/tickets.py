@@ -28,6 +28,13 @@ class SearchOptions:
     filters: Filters = field(default_factory=Filters)
     heads: dict[str, float] | None = None
     sort: str | None = None  # one of service/engine/sorting.py SORTS; None: by weight
+    facets: tuple[str, ...] = ()  # service/engine/facets.py FACETS
+    facet_size: int = 10  # values a facet lists at most
+
+    @property
+    def wide(self) -> bool:
+        """Whether the relevant books are ranked, not only the page (a sort, facets)."""
+        return self.sort is not None or bool(self.facets)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 from torch import Tensor
@@ -84,6 +85,17 @@ class ShardedDenseHeads:
         return scores, entropy
 
 
+def by_rows(filters: Sequence[Filters], mask: Tensor | None) -> list[Filters]:
+    """`filters`, a subject or series filter with the rows the mask keeps (`Filters.within`):
+    the shards hold no names to find them by. `mask`: (N,) or (B, N), the served index's."""
+    out = list(filters)
+    for b, f in enumerate(filters):
+        if f.by_name and f.within is None and mask is not None:
+            kept = mask if mask.dim() == 1 else mask[b]  # (N,)
+            out[b] = replace(f, within=tuple(kept.nonzero(as_tuple=True)[0].tolist()))
+    return out
+
+
 class ShardedKeys:
     """The keys of a catalog tiled by `shards`; merges run on the router's CPU."""
 
@@ -116,7 +128,7 @@ class ShardedKeys:
         entropy pass then runs here, over the router's mask)."""
         if not heads:
             return LocalDenseHeads([], size=self.size, mask=mask)
-        query = ShardQuery(q.cpu(), list(heads), list(filters))
+        query = ShardQuery(q.cpu(), list(heads), by_rows(filters, mask))
         return ShardedDenseHeads(self.shards, query, size=self.size)
 
     def key_rows(self, rows: Sequence[int], fields: Sequence[str]) -> Tensor:

@@ -110,7 +110,7 @@ class Shard:
         self.keys = LocalKeys(
             part.keys, device=where, key_dtype=key_dtype, chunk_size=chunk_size, offset=self.start
         )
-        self.filters = FilterColumns(part.books, device=where)
+        self.filters = FilterColumns(part.books, device=where, offset=self.start)
         logger.info(
             "shard %d/%d: rows %d-%d of %d", shard, shards, self.start, self.stop, self.total
         )
