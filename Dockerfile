@@ -20,11 +20,13 @@ COPY service ./service
 COPY migrations ./migrations
 ENV ATTEND_ONNX_CACHE_DIR=/opt/attend/onnx
 # Export the ONNX encoder at build time, so no container spends 10-20 s on it at start-up.
-# gcc for the attention core's C passes (setup.py, models/_cpu_kernels.c), removed once built
+# gcc for the C passes (setup.py: models/_cpu_kernels.c, service/engine/_postings.c), removed once
+# built
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install . \
     && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* \
     && (cd / && python -c "from models import cpu_kernels; assert cpu_kernels.available(), 'no C kernels'") \
+    && (cd / && python -c "from service.engine import _postings") \
     && python -c "from models.encoder import SentenceTransformerEncoder as E; E(backend='onnx', cache_dir='/opt/attend/onnx')" \
     && useradd --create-home attend \
     && mkdir -p /var/lib/attend/served && chown attend:attend /var/lib/attend/served

@@ -10,9 +10,9 @@ PIP := $(BIN)/pip install --quiet --disable-pip-version-check
 
 .PHONY: install install-runtime demo test lint
 
-# setup.py builds the C passes of the attention core (models/_cpu_kernels.c) into the checkout:
+# setup.py builds the C passes (models/_cpu_kernels.c, service/engine/_postings.c) into the checkout:
 # a changed kernel is built again by the next `make`
-$(VENV)/.runtime: pyproject.toml setup.py models/_cpu_kernels.c
+$(VENV)/.runtime: pyproject.toml setup.py models/_cpu_kernels.c service/engine/_postings.c
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) -e .
 	touch $@

@@ -175,33 +175,68 @@ def test_the_lexical_head_holds_the_books_with_a_term(passes: str) -> None:
     assert not math.isinf(float(head.scores[1].max()))
 
 
+@pytest.mark.parametrize("top", [200, 60_000, 70_000])  # counts of 1, 2 and 4 bytes
+def test_held_scores_in_c_are_numpys_bytes(top: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The more-like-this index's scores, every entry's at once: the C pass gives the bytes
+    numpy's passes give (`TermScores`), whatever the width of the counts."""
+    from service.engine import bm25_postings
+    from service.engine.bm25_postings import Postings, lucene_bm25
+
+    if bm25_postings._kernels is None:
+        pytest.skip("service/engine/_postings.c was not built")
+    rng = np.random.default_rng(1)
+    words = [f"w{i}" for i in range(300)]
+    docs = [list(rng.choice(words, size=rng.integers(0, 40))) for _ in range(400)]
+    docs[7] = ["w1"] * top  # one count past a byte, or two
+    postings, _ = Postings.of(docs, len(docs))
+    assert postings.counts.dtype.itemsize == (1 if top < 256 else 2 if top < 65_536 else 4)
+    c = lucene_bm25(postings, held=True).scores["data"]
+    monkeypatch.setattr(bm25_postings, "_kernels", None)
+    numpy = lucene_bm25(postings, held=True).scores["data"]
+    assert c.dtype == numpy.dtype == np.float32 and c.tobytes() == numpy.tobytes()
+
+
+@pytest.mark.parametrize("passes", ["c", "numpy"])
 @pytest.mark.parametrize("in_order", [True, False])
-def test_moved_postings_are_the_postings_built_whole(in_order: bool) -> None:
+def test_moved_postings_are_the_postings_built_whole(
+    in_order: bool, passes: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A new generation's postings from the previous one's (the changed rows' merged in) equal
-    those built from every row's tokens: rows moved in order, as a swap moves them (the merge),
-    and out of order (sorted again)."""
+    those built from every row's tokens: rows moved in order, as a swap moves them (the merge:
+    in C, or numpy's passes where it was not built), and out of order (sorted again); the
+    changed and new rows among the kept ones, before, between and after them."""
+    from service.engine import bm25_postings
     from service.engine.bm25_postings import Postings, RowMoves
 
+    if passes == "c" and bm25_postings._kernels is None:
+        pytest.skip("service/engine/_postings.c was not built")
+    if passes == "numpy":
+        monkeypatch.setattr(bm25_postings, "_kernels", None)
     rng = np.random.default_rng(0)
     words = [f"w{i}" for i in range(40)]
     before = [list(rng.choice(words, size=rng.integers(0, 12))) for _ in range(60)]
     gone, changed_at = {3, 17, 40}, {5, 22, 59}  # rows removed, and rows rewritten
     kept = [r for r in range(60) if r not in gone | changed_at]
-    # the new generation: kept rows (in order, or reversed), then rewritten and new rows
-    order = kept if in_order else kept[::-1]
-    new_rows = [before[r] for r in order]
-    new_rows += [list(rng.choice([*words, "fresh"], size=5)) for _ in range(len(changed_at) + 2)]
+    # the new generation: kept rows (in order, or reversed), rewritten and new rows among them
+    order: list[int | None] = list(kept if in_order else kept[::-1])
+    for at in (0, 10, 11, 30, len(order) + 4):
+        order.insert(min(at, len(order)), None)
+    fresh = iter([list(rng.choice([*words, "fresh"], size=5)) for _ in range(len(order))])
+    new_rows = [before[r] if r is not None else next(fresh) for r in order]
     new_row = np.full(60, -1, np.int64)
-    new_row[order] = np.arange(len(order))
-    changed = np.arange(len(order), len(new_rows))
+    for at, r in enumerate(order):
+        if r is not None:
+            new_row[r] = at
+    changed = np.array([at for at, r in enumerate(order) if r is None], np.int64)
     moves = RowMoves(new_row, changed, len(new_rows))
     previous, _ = Postings.of(before, len(before))
-    moved, _ = previous.moved(moves, [new_rows[r] for r in changed])
+    moved, tokens = previous.moved(moves, [new_rows[r] for r in changed])
     whole, _ = Postings.of(new_rows, len(new_rows))
     assert _entries(moved) == _entries(whole)
     assert np.array_equal(moved.lengths, whole.lengths)
     for t in range(len(moved.terms)):  # each posting list's rows ascending: the CSC order
         assert np.all(np.diff(moved.rows[moved.indptr[t] : moved.indptr[t + 1]]) > 0)
+    assert [moved.terms[i] for i in tokens.ids] == [w for r in changed for w in new_rows[r]]
 
 
 def _entries(p: Any) -> dict[str, set[tuple[int, int]]]:

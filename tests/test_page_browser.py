@@ -240,3 +240,94 @@ def test_the_readme_screenshot_of_the_demo_catalog(tmp_path: Path) -> None:
     assert shot.stat().st_size > 10_000
     if os.environ.get("ATTEND_UPDATE_SCREENSHOT") == "1":
         shutil.copyfile(shot, Path(__file__).resolve().parents[1] / "docs" / "screenshot.png")
+
+
+# a shelf of wizard books, two pages of them, in two subjects and two decades
+SHELF = [
+    {"id": f"w{i:02d}", "title": f"Wizard Tale {i}", "authors": [f"Author {i % 3}"],
+     "year": 1990 + i, "subjects": ["Fantasy" if i % 2 else "Magic"],
+     "description": f"A wizard story, number {i}, of a wizard and a school."}
+    for i in range(14)
+]  # fmt: skip
+
+
+@pytest.fixture
+def shelf(tmp_path: Path) -> Iterator[str]:
+    url = f"sqlite:///{tmp_path / 'attend.db'}"
+    engine = db.create_db_engine(url)
+    db.upgrade(engine)
+    pipeline.run(
+        IndexSettings(database_url=url),
+        engine=engine,
+        encoder=FakeEncoder(),
+        path=write_jsonl(tmp_path / "books.jsonl", [*BOOKS, *SHELF]),
+    )
+    engine.dispose()
+    app = create_app(ServiceSettings(database_url=url, device="cpu"), encoder=FakeEncoder())
+    with _serving(app) as base:
+        yield base
+
+
+def test_filters_facets_order_and_pages_live_in_the_url(shelf: str) -> None:
+    """Issue 48 item 6: the page shows what the API has. A facet value is a filter (a chip that
+    removes it), the order and the page are in the URL, back and forward walk the searches, a
+    shared URL opens the same search, liked books outlive a reload, a new search clears the
+    last book's explanation, a bar is the book's share of all the attention, and a similar
+    book opens as a result does."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(shelf + "/?q=wizard")  # a shared URL: the search runs
+            hits = page.locator("#results .hit")
+            expect(hits.first).to_be_visible(timeout=15_000)
+            assert hits.count() == 10 and page.input_value("#q") == "wizard"
+            # the bar: the book's weight of the whole bar, not of the top book's
+            first = hits.first
+            share = float(first.get_attribute("data-weight") or 0)
+            seg = first.locator(".bar").evaluate(
+                "b => [...b.children].reduce((w, s) => w + s.getBoundingClientRect().width, 0)"
+                " / b.getBoundingClientRect().width"
+            )
+            assert 0 < share < 0.5 and abs(seg - share) < 0.02
+
+            page.locator("#next").click()  # the second page
+            expect(page.locator("#summary")).to_contain_text("results 11–")
+            assert "offset=10" in page.url and hits.first.locator(".rank").inner_text() == "11"
+            page.go_back()
+            expect(page.locator("#summary")).to_contain_text("results 1–10")
+
+            value = page.locator(".facet-value", has_text="Fantasy")
+            expect(value).to_be_visible()
+            value.click()
+            expect(page.locator("#filters .chip")).to_contain_text("subject: Fantasy")
+            assert "subject=Fantasy" in page.url
+            expect(hits).to_have_count(7)  # the odd tales
+            page.select_option("#sort", "-year")
+            expect(hits.first).to_have_attribute("data-id", "w13")
+            assert "sort=-year" in page.url
+
+            hits.first.click()
+            expect(page.locator("#detail")).to_be_visible()
+            similar = page.locator("#similar li").first
+            expect(similar).to_be_visible(timeout=15_000)
+            title = similar.locator(".link-title").inner_text()
+            similar.click()
+            expect(page.locator("#detail-title")).to_have_text(title)
+            hits.first.locator(".like").click()
+            expect(page.locator("#recommendations li").first).to_be_visible(timeout=15_000)
+
+            page.go_back()  # the filter, by relevance: and the explanation is gone
+            expect(page.locator("#detail")).to_be_hidden()
+            assert "sort=" not in page.url and page.input_value("#sort") == ""
+            page.locator("#filters .chip").click()  # the chip removes its filter
+            expect(hits).to_have_count(10)
+            assert "subject=" not in page.url
+
+            page.reload()  # the liked book is kept
+            expect(page.locator("#liked-list")).to_contain_text("Wizard Tale 13")
+            expect(page.locator("#recommendations li").first).to_be_visible(timeout=15_000)
+        finally:
+            browser.close()

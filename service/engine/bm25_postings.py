@@ -6,8 +6,9 @@ book: 3.4 s of the 16.4 s both BM25 indexes took at a swap of 100,000 books), an
 tokenized every book again (most of the rest). `Postings` keeps, term by term, the rows that
 hold each term and how often (the score matrix's own CSC layout, so its row numbers and offsets
 are shared with the matrix), and each row's length. A new generation's postings are the
-unchanged rows' (renumbered) merged with the changed rows' own; the scores, which depend on
-every book (document frequencies, the average length), are then computed for all at once.
+unchanged rows' (renumbered) merged with the changed rows' own (one C pass, _postings.c, where it
+was built); the scores, which depend on every book (document frequencies, the average length),
+are then computed for all at once.
 
 The scores are bm25s's "lucene" BM25 (its default, what both indexes used) in its arithmetic:
 idf in Python floats rounded to float32, tf / (k1 · (1 − b + b · len / avg) + tf) in float64,
@@ -24,11 +25,23 @@ import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 import bm25s
 import numpy as np
 
 from indexer.text_column import text_arrays, text_of_arrays
+
+
+def _load() -> ModuleType | None:
+    try:
+        from service.engine import _postings  # type: ignore[attr-defined]
+    except ImportError:  # built without a compiler: numpy's passes (setup.py)
+        return None
+    return _postings  # type: ignore[no-any-return]
+
+
+_kernels = _load()
 
 
 @dataclass(frozen=True)
@@ -88,19 +101,31 @@ class Postings:
         """The postings of the next generation: these rows moved by `moves`, the changed
         rows holding `tokens` (in `moves.changed` order), and those tokens as its term ids."""
         new_row = moves.new_row.astype(np.int32)  # a gather of 4 bytes an entry, not 8
+        stay = moves.new_row >= 0
+        lengths = np.zeros(moves.size, np.int32)
+        lengths[moves.new_row[stay]] = self.lengths[stay]
+        if _kernels is not None and not np.any(np.diff(moves.new_row[stay]) < 0):
+            # the rows that stay keep their order (a swap's): moved and merged in one pass (C)
+            return _build(
+                self.terms,
+                self.indptr,
+                self.rows,
+                self.counts,
+                tokens=tokens,
+                token_rows=moves.changed,
+                lengths=lengths,
+                new_row=new_row,
+            )
         rows = new_row[self.rows]  # (nnz,) −1 for a row gone
         kept = rows >= 0
         # each term's first entry, less the entries dropped before it (a changed row's: few)
         indptr = self.indptr - np.searchsorted(np.flatnonzero(~kept), self.indptr)
         rows, counts = rows[kept], self.counts[kept]
         del kept
-        stay = moves.new_row >= 0
         if np.any(np.diff(moves.new_row[stay]) < 0):  # rows moved out of order: sorted here
             term = np.repeat(np.arange(len(self.terms)), np.diff(indptr))
             order = np.lexsort((rows, term))
             rows, counts = rows[order], counts[order]
-        lengths = np.zeros(moves.size, np.int32)
-        lengths[moves.new_row[stay]] = self.lengths[stay]
         return _build(
             self.terms,
             indptr,
@@ -156,11 +181,14 @@ def _build(
     tokens: Iterable[Sequence[str]],
     token_rows: np.ndarray,
     lengths: np.ndarray,
+    new_row: np.ndarray | None = None,
 ) -> tuple[Postings, RowTokens]:
     """Postings of the entries given (CSC: `indptr` over `terms`, each term's rows ascending,
     `counts` beside them) and of the rows `token_rows` holding `tokens` (their lengths written
     into `lengths`, (N,)), and those tokens as its term ids; terms no row holds are dropped.
-    The given entries are copied a few times (O(entries) numpy), the tokens read once."""
+    The given entries are copied a few times (O(entries) numpy), the tokens read once; with
+    `new_row` ((N_before,) int32, ascending over the rows kept, −1 for the others) they are
+    the previous generation's, moved and merged with the new ones in one pass (C)."""
     ids = {t: i for i, t in enumerate(terms)}
     vocab = list(terms)
     # 4 bytes a token, not a list of int objects (36): a start's 100,000 books hold ~10M
@@ -183,20 +211,37 @@ def _build(
     new_keys = given.astype(np.int64) * n + np.repeat(np.asarray(token_rows, np.int64), row_sizes)
     new_keys, new_counts = np.unique(new_keys, return_counts=True)
     new_term, new_rows = np.divmod(new_keys, n) if n else (new_keys, new_keys)
-    # the new entries merged into the given ones, which are in the CSC order (by term, then
-    # row) already: O(entries), where sorting them all again took most of a 1M-book swap's
-    # BM25 builds. A new key is a (term, row) the given entries lack: a changed row's.
-    df = np.zeros(v, np.int64)
-    df[: len(terms)] = np.diff(indptr)
-    if len(rows):
-        old_keys = np.repeat(np.arange(len(terms), dtype=np.int64) * n, df[: len(terms)]) + rows
-        at = np.searchsorted(old_keys, new_keys)
-        del old_keys
-    else:
-        at = np.zeros(len(new_keys), np.int64)
-    df += np.bincount(new_term, minlength=v)
     top = max(int(counts.max()) if len(counts) else 0, int(new_counts.max(initial=0)))
     count_type = np.uint8 if top < 1 << 8 else np.uint16 if top < 1 << 16 else np.int32
+    if new_row is not None and _kernels is not None:
+        all_rows, all_counts, df = _merged(
+            indptr,
+            rows,
+            counts.astype(count_type, copy=False),
+            new_row=new_row,
+            new_term=new_term,
+            new_rows=new_rows.astype(np.int32),
+            new_counts=new_counts.astype(count_type),
+            v=v,
+        )
+    else:
+        # the new entries merged into the given ones, which are in the CSC order (by term,
+        # then row) already: O(entries), where sorting them all again took most of a 1M-book
+        # swap's BM25 builds. A new key is a (term, row) the given entries lack: a changed
+        # row's.
+        df = np.zeros(v, np.int64)
+        df[: len(terms)] = np.diff(indptr)
+        if len(rows):
+            old_keys = np.repeat(np.arange(len(terms), dtype=np.int64) * n, df[: len(terms)])
+            at = np.searchsorted(old_keys + rows, new_keys)
+            del old_keys
+        else:
+            at = np.zeros(len(new_keys), np.int64)
+        df += np.bincount(new_term, minlength=v)
+        all_rows = np.insert(rows.astype(np.int32, copy=False), at, new_rows.astype(np.int32))
+        all_counts = np.insert(
+            counts.astype(count_type, copy=False), at, new_counts.astype(count_type)
+        )
     used = df > 0
     out = np.zeros(int(used.sum()) + 1, np.int64)
     np.cumsum(df[used], out=out[1:])
@@ -204,11 +249,47 @@ def _build(
     postings = Postings(
         terms=[t for t, u in zip(vocab, used, strict=True) if u],
         indptr=out,
-        rows=np.insert(rows.astype(np.int32, copy=False), at, new_rows.astype(np.int32)),
-        counts=np.insert(counts.astype(count_type, copy=False), at, new_counts.astype(count_type)),
+        rows=all_rows,
+        counts=all_counts,
         lengths=lengths,
     )
     return postings, RowTokens(renumber[given], row_sizes.copy())
+
+
+def _merged(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    counts: np.ndarray,
+    *,
+    new_row: np.ndarray,
+    new_term: np.ndarray,
+    new_rows: np.ndarray,
+    new_counts: np.ndarray,
+    v: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The previous entries (`indptr` over its terms, `rows`, `counts`) moved by `new_row`
+    and the new ones (sorted by term, then row) merged in: rows, counts and each of the `v`
+    terms' number of entries."""
+    assert _kernels is not None
+    indptr, rows = np.ascontiguousarray(indptr, np.int64), np.ascontiguousarray(rows, np.int32)
+    counts, new_row = np.ascontiguousarray(counts), np.ascontiguousarray(new_row, np.int32)
+    new_term = np.ascontiguousarray(new_term, np.int64)
+    bound = len(rows) + len(new_rows)
+    out_indptr = np.empty(v + 1, np.int64)
+    out_rows, out_counts = np.empty(bound, np.int32), np.empty(bound, counts.dtype)
+    written = _kernels.merge_postings(
+        len(indptr) - 1,
+        v,
+        len(new_rows),
+        counts.dtype.itemsize,
+        *(a.ctypes.data for a in (indptr, rows, counts, new_row, new_term, new_rows, new_counts)),
+        out_indptr.ctypes.data,
+        out_rows.ctypes.data,
+        out_counts.ctypes.data,
+    )
+    # the entries of rows gone or changed leave the bound's end unwritten: views, not copies
+    # (what they keep beyond the end is what the previous generation held of those rows)
+    return out_rows[:written], out_counts[:written], np.diff(out_indptr)
 
 
 class TermScores:
@@ -247,6 +328,23 @@ class TermScores:
         return out
 
 
+def _all_scores(postings: Postings, idf: np.ndarray, norm: np.ndarray) -> np.ndarray:
+    """(nnz,) float32 every entry's score, `TermScores`' arithmetic in one pass (C)."""
+    assert _kernels is not None
+    counts = np.ascontiguousarray(postings.counts)
+    out = np.empty(len(postings.rows), np.float32)
+    arrays = (
+        np.ascontiguousarray(postings.indptr, np.int64),
+        np.ascontiguousarray(postings.rows, np.int32),
+        counts,
+        np.ascontiguousarray(idf, np.float32),
+        np.ascontiguousarray(norm, np.float64),
+        out,
+    )
+    _kernels.bm25_scores(len(idf), counts.dtype.itemsize, *(a.ctypes.data for a in arrays))
+    return out
+
+
 def lucene_bm25(
     postings: Postings,
     *,
@@ -274,10 +372,12 @@ def lucene_bm25(
         # k1 · ((1 − b) + b · len / avg) per row, in float64 as bm25s's scalars make it
         norm = k1 * ((1 - b) + (b * postings.lengths.astype(np.float64)) / avg)
     data = TermScores(postings, idf, norm)
+    if held and scores is None:
+        scores = _all_scores(postings, idf, norm) if _kernels is not None else data[:]
     index = bm25s.BM25(k1=k1, b=b)
     index.nonoccurrence_array = None  # Lucene's BM25 has none
     index.scores = {
-        "data": (data[:] if scores is None else scores) if held else data,
+        "data": scores if held else data,
         "indices": postings.rows,
         "indptr": postings.indptr,
         "num_docs": n,

@@ -2,8 +2,32 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const liked = new Map(); // id -> title
+const liked = new Map(); // id -> title, kept in localStorage across reloads
 let lastQuery = "";
+
+// A search is its state: the query, the filters, the order and the page. It lives in the URL,
+// so a search can be shared and the browser's back and forward buttons walk through them.
+const FILTERS = ["author", "year_min", "year_max", "language", "subject", "series"];
+const FACETS = { subjects: "Subjects", author: "Authors", year: "Decades", series: "Series", language: "Languages" };
+const PAGE = 10;
+const MAX_OFFSET = 1000; // the API's
+let state = { q: "", sort: "", offset: 0, filters: {} };
+let searching = 0; // the latest search only is shown
+
+function stateFromUrl() {
+  const params = new URLSearchParams(location.search);
+  const filters = {};
+  for (const name of FILTERS) if (params.get(name)) filters[name] = params.get(name);
+  return { q: params.get("q") || "", sort: params.get("sort") || "", offset: Number(params.get("offset")) || 0, filters };
+}
+
+function queryOf(s) {
+  const params = new URLSearchParams({ q: s.q });
+  for (const [name, value] of Object.entries(s.filters)) params.set(name, value);
+  if (s.sort) params.set("sort", s.sort);
+  if (s.offset) params.set("offset", String(s.offset));
+  return params;
+}
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -111,25 +135,93 @@ function weightBar(hit, top) {
   return bar;
 }
 
-async function search(q) {
-  lastQuery = q;
+// A new search from the box or an example: the query alone, its first page by relevance.
+function search(q) {
+  show({ q, sort: $("sort").value, offset: 0, filters: {} }, true);
+}
+
+async function show(next, push) {
+  state = next;
+  lastQuery = next.q;
+  $("q").value = next.q;
+  $("sort").value = next.sort;
+  if (push) history.pushState(next, "", `?${queryOf(next)}`);
+  $("detail").hidden = true; // the last book's explanation is not this search's
+  document.querySelectorAll(".hit.selected").forEach((n) => n.classList.remove("selected"));
   $("summary").textContent = "Searching…";
+  const mine = ++searching;
   try {
-    const res = await api(`/search?q=${encodeURIComponent(q)}&k=10`);
+    const params = queryOf(next);
+    params.set("k", String(PAGE));
+    params.set("facets", Object.keys(FACETS).join(","));
+    params.set("facet_size", "6");
+    const res = await api(`/search?${params}`);
+    if (mine !== searching) return;
     renderLegend(res);
     const flag = res.no_strong_match ?
       el("span", { class: "flag", text: " · no strong match: no book stands out, these are weak answers" }) : "";
     const entropy = res.entropy != null ? ` · entropy ${res.entropy.toFixed(2)} nats` : "";
     const like = res.like ? `Books like ${res.like.title}: ` : "";
+    const shown = res.results.length ? `results ${res.offset + 1}–${res.offset + res.results.length}` : "no results";
     $("summary").replaceChildren(
-      `${like}Compared with ${res.matched} of ${res.catalog_size} books; the best ${res.results.length} shown`,
+      `${like}Compared with ${res.matched} of ${res.catalog_size} books; ${shown}`,
       tech(` · ${res.matched} books in the softmax${entropy}`), flag);
-    // a "books like X" answer is in its similar books' order, not its weights'
-    const top = res.results.length ? Math.max(...res.results.map((hit) => hit.weight)) : 1;
+    // a bar is the book's share of all the attention, so a weak best answer shows a short bar;
+    // a "books like X" answer is in its similar books' order and weights, drawn against its best
+    const top = res.like && res.results.length ? Math.max(...res.results.map((hit) => hit.weight)) : 1;
+    $("results").classList.toggle("weak", res.no_strong_match);
     $("results").replaceChildren(...res.results.map((hit) => resultItem(hit, top)));
+    renderFilters(next);
+    renderFacets(res.facets, next);
+    renderPager(res, next);
   } catch (err) {
+    if (mine !== searching) return;
     $("summary").replaceChildren(el("span", { class: "error", text: err.message }));
+    $("results").replaceChildren();
+    $("facets").replaceChildren();
+    $("pager").hidden = true;
   }
+}
+
+function renderFilters(s) {
+  const chips = Object.entries(s.filters).map(([name, value]) => {
+    const chip = el("button", { type: "button", class: "chip", title: "Remove this filter",
+      text: `${name.replace("_", " ")}: ${value} ×` });
+    chip.addEventListener("click", () => {
+      const filters = { ...s.filters };
+      delete filters[name];
+      show({ ...s, filters, offset: 0 }, true);
+    });
+    return chip;
+  });
+  $("filters").replaceChildren(...chips);
+}
+
+// Each facet's values with their share of the attention; a value is a link to its filter.
+function renderFacets(facets, s) {
+  const rows = [];
+  for (const [name, label] of Object.entries(FACETS)) {
+    const facet = facets && facets[name];
+    if (!facet || !facet.values.length) continue;
+    const values = facet.values.map((v) => {
+      const b = el("button", { type: "button", class: "facet-value",
+        title: `${v.count} of the ${facet.books} relevant books; ${pct(v.weight)} of the attention` },
+        `${v.value} `, el("span", { class: "muted", text: `${pct(v.weight)} · ${v.count}` }));
+      b.addEventListener("click", () => show({ ...s, filters: { ...s.filters, ...v.filter }, offset: 0 }, true));
+      return b;
+    });
+    rows.push(el("div", { class: "facet" }, el("span", { class: "facet-name", text: label }), ...values));
+  }
+  $("facets").replaceChildren(...rows);
+}
+
+function renderPager(res, s) {
+  const total = res.sorted_books != null ? res.sorted_books : res.matched;
+  const hasNext = res.results.length === PAGE && s.offset + PAGE < total && s.offset + PAGE <= MAX_OFFSET;
+  $("pager").hidden = !hasNext && s.offset === 0;
+  $("prev").disabled = s.offset === 0;
+  $("next").disabled = !hasNext;
+  $("page-at").textContent = `page ${Math.floor(s.offset / PAGE) + 1}`;
 }
 
 function resultItem(hit, top) {
@@ -139,9 +231,10 @@ function resultItem(hit, top) {
     ev.stopPropagation();
     if (liked.has(hit.id)) liked.delete(hit.id); else liked.set(hit.id, hit.title);
     like.setAttribute("aria-pressed", String(liked.has(hit.id)));
+    saveLiked();
     recommend();
   });
-  const item = el("li", { class: "hit", "data-id": hit.id },
+  const item = el("li", { class: "hit", "data-id": hit.id, "data-weight": String(hit.weight) },
     el("span", { class: "rank", text: String(hit.rank) }),
     el("div", {}, el("div", { class: "title", text: hit.title }),
       el("div", { class: "authors", text: [hit.authors.join(", "), hit.year].filter(Boolean).join(" · ") })),
@@ -185,13 +278,29 @@ async function openBook(hit) {
   if (exp.status === "fulfilled") renderExplanation(exp.value);
   else $("explanation").replaceChildren(el("p", { class: "error", text: exp.reason.message }));
   if (sim.status === "fulfilled") {
-    $("similar").replaceChildren(...sim.value.results.map((s) =>
-      el("li", {}, `${s.title} `, el("span", { class: "because", text: pct(s.weight) }))));
+    $("similar").replaceChildren(...sim.value.results.map((s) => bookLink(s, pct(s.weight))));
     if (sim.value.no_strong_match) {
       $("similar").after(el("p", { class: "flag", id: "similar-flag",
         text: "No strong match: nothing in the catalog is much like this book." }));
     }
   }
+}
+
+// A book in the side lists (similar books, recommendations): its title and authors, and a
+// note; a click opens it as a result opens.
+function bookLink(book, note) {
+  const item = el("li", { "data-id": book.id, class: "book-link", tabindex: "0" },
+    el("span", { class: "link-title", text: book.title }),
+    el("span", { class: "muted", text: book.authors && book.authors.length ? ` · ${book.authors.join(", ")}` : "" }),
+    " ", el("span", { class: "because", text: note }));
+  const open = () => openBook({ id: book.id, title: book.title, authors: book.authors || [] });
+  item.addEventListener("click", open);
+  item.addEventListener("keydown", (ev) => { if (ev.key === "Enter") open(); });
+  return item;
+}
+
+function saveLiked() {
+  try { localStorage.setItem("attend-liked", JSON.stringify([...liked])); } catch (e) { /* private mode */ }
 }
 
 function renderExplanation(exp) {
@@ -215,10 +324,8 @@ async function recommend() {
     const res = await api("/recommend", { method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ liked: [...liked.keys()], k: 8 }) });
     const titles = new Map(res.liked.map((b) => [b.id, b.title])); // `because` names them by id
-    $("recommendations").replaceChildren(...res.results.map((r) => el("li", { "data-id": r.id },
-      `${r.title} `,
-      el("span", { class: "because",
-        text: r.because.filter((b) => b.share >= 0.05).map((b) => `${pct(b.share)} from ${titles.get(b.id)}`).join(", ") }))));
+    $("recommendations").replaceChildren(...res.results.map((r) => bookLink(r,
+      r.because.filter((b) => b.share >= 0.05).map((b) => `${pct(b.share)} from ${titles.get(b.id)}`).join(", "))));
   } catch (err) {
     $("recommendations").replaceChildren(el("li", { class: "error", text: err.message }));
   }
@@ -247,7 +354,20 @@ $("q").addEventListener("input", async () => {
 let technical = false;
 try { technical = Boolean(localStorage.getItem("attend-technical")); } catch (e) { /* private mode */ }
 setTechnical(technical);
+$("sort").addEventListener("change", () => { if (state.q) show({ ...state, sort: $("sort").value, offset: 0 }, true); });
+$("prev").addEventListener("click", () => show({ ...state, offset: Math.max(0, state.offset - PAGE) }, true));
+$("next").addEventListener("click", () => show({ ...state, offset: state.offset + PAGE }, true));
+window.addEventListener("popstate", (ev) => {
+  const back = ev.state || stateFromUrl();
+  if (back.q) show(back, false);
+  else { state = back; $("q").value = ""; $("results").replaceChildren(); $("facets").replaceChildren();
+    $("filters").replaceChildren(); $("summary").replaceChildren(); $("pager").hidden = true; }
+});
+try {
+  for (const [id, title] of JSON.parse(localStorage.getItem("attend-liked") || "[]")) liked.set(id, title);
+} catch (e) { /* private mode, or nothing kept */ }
 renderExamples();
 renderLegend(null);
-const initial = new URLSearchParams(location.search).get("q");
-if (initial) { $("q").value = initial; search(initial); }
+if (liked.size) recommend();
+const initial = stateFromUrl();
+if (initial.q) { history.replaceState(initial, "", location.search); show(initial, false); }
