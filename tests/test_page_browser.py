@@ -53,15 +53,22 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
-    # one database is enough here: the API tests run on SQLite and PostgreSQL
-    url = f"sqlite:///{tmp_path / 'attend.db'}"
+    with _serving_books(tmp_path, BOOKS) as base:
+        yield base
+
+
+@contextmanager
+def _serving_books(folder: Path, books: list[dict[str, object]]) -> Iterator[str]:
+    """`books` indexed with the fake encoder into SQLite in `folder` and served: the base URL.
+    One database is enough here: the API tests run on SQLite and PostgreSQL."""
+    url = f"sqlite:///{folder / 'attend.db'}"
     engine = db.create_db_engine(url)
     db.upgrade(engine)
     pipeline.run(
         IndexSettings(database_url=url),
         engine=engine,
         encoder=FakeEncoder(),
-        path=write_jsonl(tmp_path / "books.jsonl", BOOKS),
+        path=write_jsonl(folder / "books.jsonl", books),
     )
     engine.dispose()
     app = create_app(ServiceSettings(database_url=url, device="cpu"), encoder=FakeEncoder())
@@ -253,18 +260,7 @@ SHELF = [
 
 @pytest.fixture
 def shelf(tmp_path: Path) -> Iterator[str]:
-    url = f"sqlite:///{tmp_path / 'attend.db'}"
-    engine = db.create_db_engine(url)
-    db.upgrade(engine)
-    pipeline.run(
-        IndexSettings(database_url=url),
-        engine=engine,
-        encoder=FakeEncoder(),
-        path=write_jsonl(tmp_path / "books.jsonl", [*BOOKS, *SHELF]),
-    )
-    engine.dispose()
-    app = create_app(ServiceSettings(database_url=url, device="cpu"), encoder=FakeEncoder())
-    with _serving(app) as base:
+    with _serving_books(tmp_path, [*BOOKS, *SHELF]) as base:
         yield base
 
 

@@ -23,6 +23,13 @@
 #include <Python.h>
 #include <stdint.h>
 
+/* Counts of one, two or four bytes (numpy's uint8, uint16, int32): 1 where so, else an error set. */
+static int counts_of(long long count_bytes) {
+    if (count_bytes == 1 || count_bytes == 2 || count_bytes == 4) return 1;
+    PyErr_SetString(PyExc_ValueError, "counts of 1, 2 or 4 bytes");
+    return 0;
+}
+
 #define MERGE(NAME, COUNT)                                                                     \
     static int64_t NAME(int64_t v_old, int64_t v, const int64_t *indptr, const int32_t *rows,  \
                         const COUNT *counts, const int32_t *new_row, int64_t m,                \
@@ -63,10 +70,7 @@ static PyObject *merge_postings(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "LLLLKKKKKKKKKK", &v_old, &v, &m, &count_bytes, &p[0], &p[1],
                           &p[2], &p[3], &p[4], &p[5], &p[6], &p[7], &p[8], &p[9]))
         return NULL;
-    if (count_bytes != 1 && count_bytes != 2 && count_bytes != 4) {
-        PyErr_SetString(PyExc_ValueError, "counts of 1, 2 or 4 bytes");
-        return NULL;
-    }
+    if (!counts_of(count_bytes)) return NULL;
     const int64_t *indptr = (const int64_t *)(uintptr_t)p[0];
     const int32_t *rows = (const int32_t *)(uintptr_t)p[1];
     const int32_t *new_row = (const int32_t *)(uintptr_t)p[3];
@@ -114,10 +118,7 @@ static PyObject *bm25_scores(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "LLKKKKKK", &v, &count_bytes, &p[0], &p[1], &p[2], &p[3], &p[4],
                           &p[5]))
         return NULL;
-    if (count_bytes != 1 && count_bytes != 2 && count_bytes != 4) {
-        PyErr_SetString(PyExc_ValueError, "counts of 1, 2 or 4 bytes");
-        return NULL;
-    }
+    if (!counts_of(count_bytes)) return NULL;
     const int64_t *indptr = (const int64_t *)(uintptr_t)p[0];
     const int32_t *rows = (const int32_t *)(uintptr_t)p[1];
     const float *idf = (const float *)(uintptr_t)p[3];

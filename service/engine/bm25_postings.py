@@ -104,28 +104,20 @@ class Postings:
         stay = moves.new_row >= 0
         lengths = np.zeros(moves.size, np.int32)
         lengths[moves.new_row[stay]] = self.lengths[stay]
-        if _kernels is not None and not np.any(np.diff(moves.new_row[stay]) < 0):
-            # the rows that stay keep their order (a swap's): moved and merged in one pass (C)
-            return _build(
-                self.terms,
-                self.indptr,
-                self.rows,
-                self.counts,
-                tokens=tokens,
-                token_rows=moves.changed,
-                lengths=lengths,
-                new_row=new_row,
-            )
-        rows = new_row[self.rows]  # (nnz,) −1 for a row gone
-        kept = rows >= 0
-        # each term's first entry, less the entries dropped before it (a changed row's: few)
-        indptr = self.indptr - np.searchsorted(np.flatnonzero(~kept), self.indptr)
-        rows, counts = rows[kept], self.counts[kept]
-        del kept
-        if np.any(np.diff(moves.new_row[stay]) < 0):  # rows moved out of order: sorted here
-            term = np.repeat(np.arange(len(self.terms)), np.diff(indptr))
-            order = np.lexsort((rows, term))
-            rows, counts = rows[order], counts[order]
+        in_order = not np.any(np.diff(moves.new_row[stay]) < 0)  # as a swap moves them
+        indptr, rows, counts = self.indptr, self.rows, self.counts
+        merge = _kernels is not None and in_order  # moved as they are merged (C)
+        if not merge:
+            rows = new_row[self.rows]  # (nnz,) −1 for a row gone
+            kept = rows >= 0
+            # each term's first entry, less the entries dropped before it (a changed row's)
+            indptr = self.indptr - np.searchsorted(np.flatnonzero(~kept), self.indptr)
+            rows, counts = rows[kept], self.counts[kept]
+            del kept
+            if not in_order:  # sorted again
+                term = np.repeat(np.arange(len(self.terms)), np.diff(indptr))
+                order = np.lexsort((rows, term))
+                rows, counts = rows[order], counts[order]
         return _build(
             self.terms,
             indptr,
@@ -134,6 +126,7 @@ class Postings:
             tokens=tokens,
             token_rows=moves.changed,
             lengths=lengths,
+            new_row=new_row if merge else None,
         )
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -213,7 +206,7 @@ def _build(
     new_term, new_rows = np.divmod(new_keys, n) if n else (new_keys, new_keys)
     top = max(int(counts.max()) if len(counts) else 0, int(new_counts.max(initial=0)))
     count_type = np.uint8 if top < 1 << 8 else np.uint16 if top < 1 << 16 else np.int32
-    if new_row is not None and _kernels is not None:
+    if new_row is not None:
         all_rows, all_counts, df = _merged(
             indptr,
             rows,
