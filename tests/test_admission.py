@@ -26,7 +26,7 @@ from sqlalchemy import Engine
 
 from conftest import serve_books
 from service.api.admission import Turns
-from service.api.search_schemas import MAX_SHOWN_TITLE_CHARS
+from service.api.search_schemas import MAX_SHOWN_AUTHORS, MAX_SHOWN_TITLE_CHARS
 from service.engine import book_ranking
 
 BOOKS: list[dict[str, object]] = [
@@ -270,3 +270,30 @@ def test_the_heap_goes_back_once_a_burst_of_turns_ends() -> None:
         assert await asyncio.to_thread(trimmed.wait, ANSWERED_S)
 
     asyncio.run(burst())
+
+
+def test_a_hit_shows_its_first_authors_and_counts_the_rest(engine: Engine, tmp_path: Path) -> None:
+    """Issue 50, finding 6: a book crediting thousands of names listed all of them in every
+    hit. A hit, a similar book, a recommendation and a suggestion show MAX_SHOWN_AUTHORS, the
+    book itself all of them; a book with exactly as many shows them all."""
+    many = [f"Writer {i:05d}" for i in range(5_000)]
+    edge = [f"Hand {i}" for i in range(MAX_SHOWN_AUTHORS)]
+    books = [
+        *BOOKS,
+        {"id": "crowd", "title": "Crowd Wizard", "authors": many, "description": "a wizard"},
+        {"id": "edge", "title": "Edge Wizard", "authors": edge, "description": "a wizard too"},
+    ]
+    with serve_books(engine, tmp_path, books) as client:
+        hits = client.get("/search", params={"q": "wizard", "k": 20}).json()["results"]
+        similar = client.get("/books/edge/similar", params={"k": 20}).json()["results"]
+        liked = recommend(client, "edge", "dune", k=20).json()["results"]
+        suggested = client.get("/suggest", params={"q": "crowd wiz"}).json()["titles"]
+        book = client.get("/books/crowd").json()
+    for found in (hits, similar, liked):
+        crowd = next(h for h in found if h["id"] == "crowd")
+        assert crowd["authors"] == many[:MAX_SHOWN_AUTHORS]
+        assert crowd["more_authors"] == len(many) - MAX_SHOWN_AUTHORS
+    shown = next(h for h in hits if h["id"] == "edge")
+    assert shown["authors"] == edge and shown["more_authors"] == 0
+    assert suggested[0]["authors"] == many[:MAX_SHOWN_AUTHORS]
+    assert book["authors"] == many

@@ -28,6 +28,9 @@ MAX_BATCH_QUERIES = 64
 # title of up to ATTEND_MAX_ROW_BYTES (1 MiB), and k hits of 900 KB titles made responses of
 # hundreds of megabytes (issue 25, finding 6).
 MAX_SHOWN_TITLE_CHARS = 1_000
+# and this many of its authors, the rest counted: a book crediting 10,000 names put all of them
+# in every hit (a 64-query POST answered 24 MB: issue 50, finding 6)
+MAX_SHOWN_AUTHORS = 20
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
@@ -247,7 +250,11 @@ class BookFieldsOut(BaseModel):
         description=f"The book's title, its first {MAX_SHOWN_TITLE_CHARS:,} characters at most "
         "(cut with …; `GET /books/{id}` has the whole)."
     )
-    authors: list[str]
+    authors: list[str] = Field(
+        description=f"The book's authors, its first {MAX_SHOWN_AUTHORS} at most "
+        "(`GET /books/{id}` has them all)."
+    )
+    more_authors: int = Field(0, description="The authors left out of `authors`.")
     year: int | None
     language: str | None
 
@@ -262,7 +269,14 @@ class BookFieldsOut(BaseModel):
         kind: type = type(hit)
         found = {name: getattr(hit, name) for name in _field_names(kind) if name != "book"}
         own = {name: getattr(book, name) for name in _field_names(BookFields)}
-        return {**own, "title": shown_title(book.title), **found}
+        authors = book.authors
+        return {
+            **own,
+            "title": shown_title(book.title),
+            "authors": authors[:MAX_SHOWN_AUTHORS],
+            "more_authors": max(0, len(authors) - MAX_SHOWN_AUTHORS),
+            **found,
+        }
 
 
 @functools.cache

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from service.api.search_schemas import MAX_SHOWN_AUTHORS, shown_title
 
 
 class SuggestParams(BaseModel):
@@ -19,8 +23,10 @@ class SuggestParams(BaseModel):
 
 class TitleSuggestionOut(BaseModel):
     id: str
-    title: str
-    authors: list[str]
+    title: Annotated[str, AfterValidator(shown_title)]
+    authors: Annotated[list[str], AfterValidator(lambda names: names[:MAX_SHOWN_AUTHORS])] = Field(
+        description=f"The book's first {MAX_SHOWN_AUTHORS} authors at most."
+    )
     year: int | None
 
 
