@@ -114,6 +114,7 @@ def test_past_the_turns_a_book_query_is_answered_429_with_retry_after(
         for request in (
             lambda: recommend(client, "found"),
             lambda: client.get("/books/dune/similar"),  # the same turns
+            lambda: client.get("/books/dune/explain", params={"q": "a desert"}),  # and these
         ):
             r = answered(*gate.send(request))
             assert r.status_code == 429, r.text

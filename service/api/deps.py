@@ -74,7 +74,7 @@ async def get_readiness(request: Request) -> Readiness | None:
 
 
 async def get_book_queries(request: Request) -> Turns:
-    """The turns of the work with books as the query (similar books, recommend)."""
+    """The turns of the work with books as the query (similar books, recommend, explain)."""
     turns: Turns = request.app.state.book_queries
     return turns
 

@@ -125,9 +125,9 @@ def _catalog_size(app: FastAPI) -> int | None:
 
 
 def book_query_turns(settings: ServiceSettings) -> Turns:
-    """Similar books' and recommend's turns (service/api/admission.py)."""
+    """Similar books', recommend's and explain's turns (service/api/admission.py)."""
     return Turns(
-        "similar books and recommendations",
+        "similar books, recommendations and explanations",
         running=settings.book_query_concurrency,
         waiting=settings.book_query_queue,
         on_idle=return_free_heap,

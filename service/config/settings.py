@@ -142,8 +142,9 @@ class ServiceSettings(StoreSettings, RaySettings, RunSettings, RankingSettings):
         2,
         ge=1,
         le=1024,
-        description="Similar-book and recommend requests given to the engine at once (they rank "
-        "one at a time on the searcher's worker, in turn with search batches: 2 keeps it fed); "
+        description="Similar-book, recommend and explain requests given to the engine at once "
+        "(they rank one at a time on the searcher's worker, in turn with search batches: 2 keeps "
+        "it fed); "
         "ATTEND_BOOK_QUERY_QUEUE more wait, and past those a request is answered 429 with "
         "Retry-After.",
     )
@@ -151,8 +152,8 @@ class ServiceSettings(StoreSettings, RaySettings, RunSettings, RankingSettings):
         8,
         ge=0,
         le=100_000,
-        description="Similar-book and recommend requests that may wait for a turn beside the "
-        "ATTEND_BOOK_QUERY_CONCURRENCY being ranked; a waiting request holds no thread.",
+        description="Similar-book, recommend and explain requests that may wait for a turn beside "
+        "the ATTEND_BOOK_QUERY_CONCURRENCY being ranked; a waiting request holds no thread.",
     )
     book_query_budget: int = Field(
         12_000,
