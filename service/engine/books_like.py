@@ -21,7 +21,7 @@ from torch import Tensor
 from indexer.filters import Filters
 from service.config.head_weights import BookHeads
 from service.engine.book_ranking import similar
-from service.engine.name_rows import title_words
+from service.engine.name_rows import ARTICLES, title_words
 from service.engine.results import HeadsUsed, NamedBook, RankedBook, SearchResult
 from service.engine.served_index import ServedIndex
 from service.engine.tickets import SearchOptions
@@ -35,7 +35,6 @@ _LIKE = re.compile(
     r"\s+(?P<title>\S.*?)[\s?.!]*$",
     re.IGNORECASE,
 )
-_ARTICLES = frozenset({"the", "a", "an"})
 TITLE = "title"  # the title keys' field (indexer.batches.FIELDS)
 NEAREST = 8  # title keys read for the named title: its editions and look-alikes
 
@@ -49,7 +48,7 @@ def named_text(query: str) -> str | None:
 def _forms(words: Sequence[str]) -> set[tuple[str, ...]]:
     """A title's folded words with and without a leading article."""
     words = tuple(words)
-    return {words, words[1:]} if words[:1] and words[0] in _ARTICLES else {words}
+    return {words, words[1:]} if words[:1] and words[0] in ARTICLES else {words}
 
 
 def _title_forms(title: str) -> set[tuple[str, ...]]:

@@ -28,7 +28,14 @@ import numpy as np
 from indexer.text_column import text_arrays, text_of_arrays
 from service.engine.book_works import Works, principal_authors
 from service.engine.lexical import LikeThisIndex, like_this_text
-from service.engine.name_rows import MAX_NAME_TOKENS, AuthorKey, NameRows, fold, name_key
+from service.engine.name_rows import (
+    ARTICLES,
+    MAX_NAME_TOKENS,
+    AuthorKey,
+    NameRows,
+    fold,
+    name_key,
+)
 from service.engine.row_lists import rows_by_key
 from service.engine.spelling import deletions, one_edit
 from service.engine.subject_headings import SubjectHeadings
@@ -60,7 +67,6 @@ _ABOUT = frozenset(
     ["about", "biography", "biographies", "criticism", "critique", "companion", "guide"]
 )
 _OF_A_LIFE = frozenset(["life", "lives", "portrait", "story", "death", "study", "studies", "times"])
-_ARTICLES = frozenset({"the", "a", "an"})  # "the french", "the ripper": a word, not a surname
 _JOINING = frozenset({"and", "or"})  # "weis and hickman", "king or koontz": both named
 FUZZY_MIN_LENGTH = 5  # shorter words are one edit away from too many others
 # the rows whose titles and descriptions hold each of some folded words (None: a word the
@@ -324,7 +330,7 @@ class CatalogNames:
         """The author keys words[i : i + n] names, if any."""
         form = tuple(words[i : i + n])
         keys = self._phrases.get(form) or self._misspelt(form) if n >= 2 else None
-        if not keys and not (i and words[i - 1] in _ARTICLES):  # "the ripper"
+        if not keys and not (i and words[i - 1] in ARTICLES):  # "the ripper": a word, not a surname
             keys = self._surnames.get(form)
         return keys
 

@@ -37,6 +37,7 @@ _WORD = re.compile(r"[^\W_]+")
 _CLOSING = re.compile(r"\s*\([^()]*\)\s*$")  # "(Discworld #4)", "(Penguin Classics)"
 _NOT_AUTHORS = frozenset({("anonymous",), ("unknown",), ("various",), ("various", "authors")})
 MAX_NAME_TOKENS = 6
+ARTICLES = frozenset({"the", "a", "an"})  # a title's leading article, a word before a name
 MIN_SHARED_DESCRIPTION = 80  # characters: a blurb that long, word for word, is one edition's
 
 AuthorKey = tuple[str, ...]  # a name's folded words

@@ -16,14 +16,13 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from service.engine.name_rows import title_words
+from service.engine.name_rows import ARTICLES, title_words
 from service.engine.query_ranking import Hit
 from service.engine.served_index import ServedIndex
 
 SORTS = ("year", "-year", "title", "-title", "rating", "-rating")
 SORT_POOL = 1000  # relevant books at most: the first by weight
 SORT_FLOOR = 0.01  # of the top weight: a lighter book is not among the relevant ones
-_ARTICLES = frozenset({"the", "a", "an"})
 
 
 def relevant_hits(hits: Sequence[Hit]) -> list[tuple[Hit, int]]:
@@ -61,6 +60,6 @@ def _key(index: ServedIndex, field: str) -> Callable[[int], Any]:
 
     def title(row: int) -> str:
         words = title_words(index.books.titles[row])
-        return " ".join(words[1:] if len(words) > 1 and words[0] in _ARTICLES else words)
+        return " ".join(words[1:] if len(words) > 1 and words[0] in ARTICLES else words)
 
     return title
