@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from indexer import batches, generations, store
+from indexer import batches, boilerplate_rows, generations, store
 from indexer.db import ensure_schema
 from models.text import normalize_id
 
@@ -38,6 +38,8 @@ def delete_books(*, engine: Engine, book_ids: Sequence[str]) -> DeleteReport:
         generation, _ = generations.begin(session=session, model=active.model, catalog=None)
         generation.catalog = active.catalog
         batches.remove_books(session=session, generation=generation.id, book_ids=present)
+        # the books gone may leave a sentence shared by fewer authors: no longer boilerplate
+        boilerplate_rows.settle(session=session, generation=generation.id, previous=active.id)
         generations.finish(session=session, generation=generation)
         return DeleteReport(
             removed=[b for b in book_ids if b in present],

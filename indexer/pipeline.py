@@ -29,8 +29,9 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
-from indexer import batches, generations, store
+from indexer import batches, boilerplate_rows, generations, store
 from indexer.batches import FIELDS, VALUE_FIELD, BatchPlan
+from indexer.boilerplate import Boilerplate
 from indexer.catalog import CatalogError, CatalogRecord, CatalogSnapshot, InvalidRow
 from indexer.db import ensure_schema
 from indexer.embedding import Embedder, indexed_dim, local_embedder
@@ -60,6 +61,8 @@ class IndexReport:
     activated: bool = False  # False: nothing changed, the active generation stayed
     resumed: bool = False  # continued a generation an interrupted run left building
     seconds: float = 0.0
+    boilerplate: Boilerplate = field(default_factory=Boilerplate)  # the generation's
+    renewed: int = 0  # unchanged books given a new row: the boilerplate they hold changed
 
     @property
     def books_per_second(self) -> float:
@@ -267,6 +270,9 @@ def _fill(
     with Session(engine) as session, session.begin():
         if not keep_missing:
             report.removed = batches.remove_books(session=session, generation=g, keep=seen)
+        report.boilerplate, report.renewed = boilerplate_rows.settle(
+            session=session, generation=g, previous=store.active_generation_id(session=session)
+        )
         generation = session.get_one(Generation, g)
         counts = generations.finish(
             session=session, generation=generation, rejected=len(report.rejected)

@@ -226,6 +226,11 @@ def get_metadata(*, session: Session) -> dict[str, Any]:
     return {m.key: m.value for m in session.scalars(select(IndexMetadata))}
 
 
+def get_metadata_value(*, session: Session, key: str) -> Any:
+    """One value of the index metadata, None when it has none under `key`."""
+    return session.scalar(select(IndexMetadata.value).where(IndexMetadata.key == key))
+
+
 def set_metadata(*, session: Session, values: dict[str, Any]) -> None:
     upsert(
         session,

@@ -23,12 +23,19 @@ QUERIES = ["tolkien", "a dragon and a wizard", "python machine learning", "harry
 
 
 def _edited(books: list[dict[str, object]]) -> list[dict[str, object]]:
-    """Every seventh description changed (a new word among them), one book gone, two new."""
+    """Every seventh description changed (a new word among them), one book gone, two new; two
+    of the edits copy the first sentence of an unchanged book's (the second's), which three
+    authors' descriptions then hold: boilerplate, so that book is renewed too."""
     out = []
+    shared = str(books[1]["description"]).split(". ")[0] + "."
     for i, book in enumerate(books):
         if i == 3:
             continue  # removed
-        edit = {"description": f"{book.get('description') or ''} Zyxquor revised."}
+        also = f" {shared}" if i in (7, 21) else ""
+        edit = {
+            "description": f"{book.get('description') or ''} A zyxquor edition of "
+            f"{book['title']}.{also}"
+        }
         if i == 14:  # a series named by the row (Calibre's `series`), as the new book's
             edit["series"] = "Dragon Tales"
         out.append({**book, **edit} if i % 7 == 0 else book)
@@ -92,10 +99,10 @@ def test_a_swap_answers_as_a_fresh_start(tmp_path: Path, caplog: pytest.LogCaptu
         index_with_model(url, second)
         with caplog.at_level(logging.INFO, logger="service.engine"):
             assert swapped.app.state.watcher.check()  # type: ignore[attr-defined]
-        # the swap made its BM25 indexes from the previous generation's, tokenizing 28 books
-        # (26 edited, 2 new) of 181
-        assert "BM25 index of 181 books (28 changed)" in caplog.text
-        assert "more-like-this BM25 of 181 books (28 changed)" in caplog.text
+        # the swap made its BM25 indexes from the previous generation's, tokenizing 29 books
+        # (26 edited, 2 new, 1 renewed for its boilerplate) of 181
+        assert "BM25 index of 181 books (29 changed)" in caplog.text
+        assert "more-like-this BM25 of 181 books (29 changed)" in caplog.text
         served = swapped.app.state.searcher.index  # type: ignore[attr-defined]
         assert "zyxquor" in served.lexical.postings.terms  # the new word
         after_swap = _answers(swapped, ids)

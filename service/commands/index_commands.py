@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from indexer.catalog import CatalogSnapshot
     from indexer.embedding import Embedder
+    from indexer.pipeline import IndexReport
     from indexer.settings import IndexSettings
     from models.encoder import Encoder
 
@@ -112,11 +113,30 @@ def _index_command(args: argparse.Namespace) -> int:
         f"{' (resumed an interrupted run)' if report.resumed else ''} "
         f"-> {shown_url(settings.database_url)}\n"
     )
+    if report.activated:
+        sys.stdout.write(_boilerplate_line(report))
     if args.command == "index":  # `attend demo` serves next itself
         from service.commands.cli_stats import next_step
 
         sys.stdout.write(f"next: {next_step(settings.database_url)}\n")
     return 0
+
+
+def _boilerplate_line(report: IndexReport) -> str:
+    """What the new generation's descriptions repeat across authors, which the lexical heads
+    and the explanations leave out (indexer/boilerplate.py)."""
+    from indexer.boilerplate import MIN_AUTHORS
+
+    found = report.boilerplate
+    renewed = f" ({report.renewed} of the updated books renewed for it)" if report.renewed else ""
+    if not found:
+        return f"boilerplate: no sentence recurs across {MIN_AUTHORS} authors{renewed}\n"
+    shown = "; ".join(f"{key!r} ({n})" for key, n in found.widest())
+    return (
+        f"boilerplate: {len(found)} sentences recur in the descriptions of {MIN_AUTHORS} or more "
+        f"authors and weigh nothing in the lexical heads{renewed}; the widest (authors): "
+        f"{shown}\n"
+    )
 
 
 def column_options(given: list[str] | None) -> dict[str, str]:

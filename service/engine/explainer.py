@@ -8,6 +8,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from indexer.boilerplate import Boilerplate
 from models.tokens import TokenEmbeddings, TokenEncoder
 from service.engine.exceptions import ExplanationUnavailableError
 from service.engine.word_attention import TOP_WORDS, Explanation, explain
@@ -59,8 +60,16 @@ class Explainer:
         self._lock = threading.Lock()
 
     def explain(
-        self, *, book_id: str, query: str, title: str, description: str | None
+        self,
+        *,
+        book_id: str,
+        query: str,
+        title: str,
+        description: str | None,
+        boilerplate: Boilerplate | None = None,
     ) -> BookExplanation:
+        """The query's words' attention over the book's, the description's `boilerplate`
+        sentences left out."""
         if self.encoder is None:
             raise ExplanationUnavailableError()
         t0 = time.perf_counter()
@@ -72,6 +81,7 @@ class Explainer:
             (query, q_tokens),
             [("title", short_title, t_tokens), ("description", explained, d_tokens)],
             scale=self.scale,
+            left_out={"description": boilerplate.spans(explained) if boilerplate else []},
         )
         logger.debug("explained %s for %r in %.3f s", book_id, query, time.perf_counter() - t0)
         top = exp.weights.topk(min(TOP_WORDS, exp.weights.shape[1]), dim=-1)

@@ -99,6 +99,7 @@ class Front:
         )
 
     async def explain(self, book_id: str, query: str) -> BookExplanation:
+        boilerplate = self.index.boilerplate  # the served generation's, as `book` reads it
         book = await self.book(book_id)
         return await self.searcher.call(
             lambda: self.explainer.explain(
@@ -106,6 +107,7 @@ class Front:
                 query=query,
                 title=book.book.title,
                 description=book.description,
+                boilerplate=boilerplate,
             )
         )
 

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from indexer.boilerplate import Boilerplate
 from indexer.book_columns import BookColumns
 from indexer.filters import FilterColumns, Filters
 from indexer.loaded_index import VALUE_FIELD, LoadedIndex
@@ -84,6 +85,32 @@ def _like_this_texts(
     )
 
 
+class Stripped(Sequence[str | None]):
+    """Row-aligned descriptions as the lexical heads read them: without their boilerplate
+    sentences (indexer/boilerplate.py). Each is read once for both BM25 indexes: the ones it
+    changed are kept, the others marked as read."""
+
+    def __init__(self, descriptions: Sequence[str | None], boilerplate: Boilerplate):
+        self._descriptions, self._boilerplate = descriptions, boilerplate
+        self._read = np.zeros(len(descriptions), np.bool_)
+        self._changed: dict[int, str | None] = {}
+
+    def __len__(self) -> int:
+        return len(self._descriptions)
+
+    def __getitem__(self, i: int) -> str | None:  # type: ignore[override]
+        text = self._descriptions[i]
+        if not self._boilerplate:
+            return text
+        if self._read[i]:
+            return self._changed.get(i, text)
+        self._read[i] = True
+        stripped = self._boilerplate.strip(text)
+        if stripped != text:
+            self._changed[i] = stripped
+        return stripped
+
+
 def row_moves(order: np.ndarray, before: int) -> RowMoves:
     """How the `before` rows of a generation become the next's, whose rows come from where
     `order` says (indexer/loaded_index.py `diff_order`: a row before, or `before` + a changed
@@ -121,6 +148,7 @@ class ServedIndex:
     rating_counts: np.ndarray  # (N,) float64, NaN where not known
     isbns: IsbnRows  # each book's ISBNs, for a reader who types one
     ratings: np.ndarray  # (N,) float64 each book's readers' average rating, NaN where not known
+    boilerplate: Boilerplate  # sentences the lexical heads and explanations leave out
 
     def __init__(
         self,
@@ -134,6 +162,7 @@ class ServedIndex:
         isbns: Sequence[Sequence[str]] | None = None,
         ratings: Sequence[float | None] | None = None,
         follows: tuple[ServedIndex, RowMoves] | None = None,
+        boilerplate: Boilerplate | None = None,
     ):
         """`descriptions`, `subjects`, `series` (those a row names, beside its title's
         marker), `rating_counts`, `isbns` (the texts of their metadata ISBN fields), `ratings`
@@ -145,14 +174,21 @@ class ServedIndex:
 
         What a swap costs (`follows`): O(changed) tokenizing and folding, O(N) numpy to move
         the postings and keys, and O(N) passes over lists to index the names again (each
-        author's, series' and heading's rows: service/engine/catalog_names.py)."""
+        author's, series' and heading's rows: service/engine/catalog_names.py).
+
+        `boilerplate`: the generation's (indexer/boilerplate_rows.py), left out of the
+        descriptions the lexical heads read. It is written with the generation, and a book
+        that reads it otherwise than the generation before did is a changed row of the diff:
+        a swap reads the same as a whole build."""
         self.books = index.books
         self.model = index.model
         self.generation = index.generation  # the snapshot of the catalog these keys are
         self.keys = keys
+        self.boilerplate = boilerplate or Boilerplate()
+        read = descriptions and Stripped(descriptions, self.boilerplate)
         if follows is None:
-            self.lexical = lexical_index(index.books, descriptions)
-            self.like_this = like_this_index(index.books, descriptions)
+            self.lexical = lexical_index(index.books, read)
+            self.like_this = like_this_index(index.books, read)
             rows = NameRows.of(
                 index.books.titles, index.books.authors, descriptions, subjects, series
             )
@@ -163,10 +199,10 @@ class ServedIndex:
             previous, moves = follows
             changed = index.books.take(moves.changed.tolist())
             self.lexical = LexicalIndex.following(
-                previous.lexical, moves, _documents(changed, descriptions)
+                previous.lexical, moves, _documents(changed, read)
             )
             self.like_this = LikeThisIndex.following(
-                previous.like_this, moves, _like_this_texts(changed, descriptions)
+                previous.like_this, moves, _like_this_texts(changed, read)
             )
             rows = previous.names.rows.following(
                 moves,
@@ -198,6 +234,7 @@ class ServedIndex:
             **nested("keys", {field: k.T for field, k in keys.items()}),
         }
         out["rating_counts"], out["ratings"] = self.rating_counts, self.ratings
+        out["boilerplate"] = np.array(sorted(self.boilerplate.keys), dtype=np.str_)
         return out | self.isbns.arrays()
 
     @classmethod
@@ -233,6 +270,7 @@ class ServedIndex:
         served.readers = readers_of(served.rating_counts)
         served.isbns = IsbnRows.from_arrays(arrays, len(books))
         served.ratings = np.array(arrays["ratings"], np.float64)
+        served.boilerplate = Boilerplate.of(np.asarray(arrays["boilerplate"]).tolist())
         sizes = {len(served.lexical), served.like_this.size, len(served.names.works.work)}
         if sizes | {len(served.rating_counts), len(served.ratings)} != {len(books)}:
             raise ValueError("parts of other numbers of books than the books'")

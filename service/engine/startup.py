@@ -15,7 +15,7 @@ import torch
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from indexer import loaded_index, store
+from indexer import boilerplate_rows, loaded_index, store
 from indexer.db import SchemaError
 from indexer.loaded_index import IndexDiff, LoadedIndex
 from indexer.settings import IndexSettings, StoreSettings
@@ -139,6 +139,7 @@ def build_served(
     descriptions = store.book_descriptions(
         session=session, book_ids=ids, generation=generation, since=since
     )
+    boilerplate = boilerplate_rows.stored(session=session, generation=generation)
     served = ServedIndex(
         index,
         placement.keys(index),
@@ -149,6 +150,7 @@ def build_served(
         ratings=extras.ratings,
         rating_counts=extras.rating_counts,
         follows=moves,
+        boilerplate=boilerplate,
     )
     logger.info(
         "generation %s: %d books, %s, served in %.2f s",

@@ -15,6 +15,7 @@ is among that query word's `TOP_WORDS` best.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -69,9 +70,11 @@ def explain(
     fields: list[tuple[str, str, TokenEmbeddings]],
     *,
     scale: float,
+    left_out: Mapping[str, Sequence[tuple[int, int]]] | None = None,
 ) -> Explanation:
     """Cross-attention of the query's words over the words of the book's `fields`
-    ((name, text, tokens) each).
+    ((name, text, tokens) each), less the words inside `left_out`'s [start, end) spans of a
+    field's text (its boilerplate sentences: indexer/boilerplate.py), as stop words are.
 
     Pieces are mapped to words by index (`index_add_`), never by a dense words × pieces matrix:
     memory is O(Tq·Tb + Wq·Wb), linear in the book's length (the dense float64 matrix grew with
@@ -82,9 +85,10 @@ def explain(
     b_vectors, b_piece_word = [], []  # per field: (T, d), and each piece's book word or -1
     for name, text, tokens in fields:
         words, piece_word = words_of(tokens, text, name)
+        spans = (left_out or {}).get(name, ())
         renumber = torch.full((len(words) + 1,), -1, dtype=torch.int64)  # last: no word
         for i, w in enumerate(words):
-            if is_content(w):
+            if is_content(w) and not any(a <= w.start and w.end <= b for a, b in spans):
                 renumber[i] = len(b_words)
                 b_words.append(w)
         b_piece_word.append(renumber[piece_word])
