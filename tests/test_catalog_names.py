@@ -211,3 +211,25 @@ def test_each_authors_rows_are_the_rows_crediting_it_in_order() -> None:
     got = rows_by_key(rows)
     assert got == expected
     assert list(got) == list(expected)
+
+
+def test_an_author_querys_own_books_leave_out_collections_of_many_principal_authors() -> None:
+    # an editor whose two anthologies credit the same contributors makes each of them principal
+    crew = ["Ed Itor", "Ann A", "Bea B", "Stephen King"]
+    books = [
+        ("Carrie", ["Stephen King"]),
+        ("Dark Tales", crew),  # four principal authors
+        ("Darker Tales", crew),
+        ("Three Hands", ["Pat Q", "Quin R", "Stephen King"]),  # three: its authors' own
+        ("Four Hands", ["Rae S", "Sol T", "Tam U", "Stephen King"]),  # four
+    ]
+    titles, authors = zip(*books, strict=True)
+    catalog = CatalogNames.of(list(titles), [list(a) for a in authors])
+    assert [len(catalog.principal[r]) for r in range(len(books))] == [1, 4, 4, 3, 4]
+    named = catalog.recognise("stephen king novels", lambda w: True)
+    assert named is not None
+    assert named.rows == (0, 1, 2, 3, 4)  # every book crediting him
+    assert [titles[r] for r in named.own] == ["Carrie", "Three Hands"]
+    # an author principal on no book of few principal authors keeps every book crediting them
+    ann = catalog.recognise("ann a", lambda w: True)
+    assert ann is not None and ann.own == ()

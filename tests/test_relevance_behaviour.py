@@ -59,6 +59,20 @@ EXTRA = [
         "description": "Buck, a dog stolen from a California ranch, is sold into the brutal "
         "life of a sled dog in the Klondike gold rush.",
     },
+    # an editor's two anthologies crediting the same contributors, Pratchett among them: each
+    # contributor a principal author of both, neither his own book
+    *(
+        {
+            "id": f"anthology-{n}",
+            "title": title,
+            "authors": ["Ellen Datlow", "Terry Pratchett", "Clive Barker", "Shirley Jackson"],
+            "description": f"{about} Horror and dark fantasy stories: ghosts, haunted houses, "
+            "monsters and things that go bump in the night.",
+        }
+        for n, (title, about) in enumerate(
+            [("Darkness Falls", "An anthology."), ("Night Terrors", "A second anthology.")]
+        )
+    ),
     {
         "id": "in-the-woods",
         "title": "In the Woods",
@@ -129,6 +143,14 @@ def test_a_query_that_names_an_author_ranks_their_books_first(
 def test_an_author_with_several_books_has_them_all_on_top(client: TestClient) -> None:
     body = client.get("/search", params={"q": "terry pratchett novels", "k": 3}).json()
     assert {tuple(h["authors"]) for h in body["results"]} == {("Terry Pratchett",)}
+
+
+def test_an_author_query_ranks_their_own_books_before_anthologies_that_include_them(
+    client: TestClient,
+) -> None:
+    body = client.get("/search", params={"q": "terry pratchett horror stories", "k": 3}).json()
+    assert body["author"]["books"] == 5  # the anthologies credit him
+    assert [h["authors"] for h in body["results"]] == [["Terry Pratchett"]] * 3
 
 
 @pytest.mark.parametrize("query", ["victorian london", "the french revolution"])

@@ -82,6 +82,12 @@ def surname(tokens: Sequence[str]) -> tuple[str, ...]:
     return tuple(tokens[i:])
 
 
+# A book of more principal authors than this is a collection, no one author's own: an editor's
+# anthologies that share their contributors make each of them principal ("The Dark Descent":
+# Hartwell, Barker, Jackson, King, Oates)
+MAX_OWN_PRINCIPALS = 3
+
+
 @dataclass(frozen=True)
 class NamedAuthor:
     """An author a query names: the name as the catalog writes it, its books' rows, and
@@ -90,6 +96,10 @@ class NamedAuthor:
     name: str
     rows: tuple[int, ...]
     intent: str  # "by" or "about"
+    # the rows of which a named author is one of at most MAX_OWN_PRINCIPALS principal authors
+    # (service/engine/book_works.py): their own books, which an author query ranks before
+    # anthologies that include them
+    own: tuple[int, ...] = ()
 
 
 class CatalogNames:
@@ -301,6 +311,7 @@ class CatalogNames:
                 if not (keys := self._named(words, i, n)):
                     continue
                 rows = {r for key in keys for r in self._author_rows[key]}
+                named = set(keys)
                 name = self.written(max(sorted(keys), key=lambda k: len(self._author_rows[k])))
                 if n == len(words) and holding is not None:  # the name alone
                     others = len(holding(" ".join(words))) - len(rows)
@@ -312,12 +323,19 @@ class CatalogNames:
                 if other := self._joined(words, start, stop, joined="&" in query):
                     (start, stop), more, word = other
                     rows |= {r for key in more for r in self._author_rows[key]}
+                    named |= set(more)
                     second = self.written(
                         max(sorted(more), key=lambda k: len(self._author_rows[k]))
                     )
                     name = f"{second} {word} {name}" if start < i else f"{name} {word} {second}"
                 intent = "about" if _asks_about(words[:start], words[stop:]) else "by"
-                return NamedAuthor(name, tuple(sorted(rows)), intent)
+                own = {
+                    r
+                    for key in named
+                    for r in self._principal_rows.get(key, ())
+                    if len(self.principal[r]) <= MAX_OWN_PRINCIPALS
+                }
+                return NamedAuthor(name, tuple(sorted(rows)), intent, tuple(sorted(own)))
         return None
 
     def written(self, key: AuthorKey) -> str:

@@ -198,7 +198,10 @@ def components(
         if h == LEXICAL:
             scores = torch.from_numpy(index.lexical.scores(list(texts)))  # (B, N)
             head, evidence = lexical_head(scores, scales[h], mask)
-        by = [n.rows if n is not None and n.intent == "by" else () for n in named]
+        # an author's own books where they have any, else every book crediting them (a
+        # foreword writer's): "scary stephen king novels" is King's horror before anthologies
+        # of eighteen writers that include a King story
+        by = [(n.own or n.rows) if n is not None and n.intent == "by" else () for n in named]
         if h == AUTHOR and any(by):
             head, evidence = restricted_head(index, q, by, scales[h], mask)
         out.append(Component(h, scales[h], asked, scored=head, evidence=evidence))
