@@ -13,8 +13,8 @@ books, repeat their own text, and that text is what they are about. A key of few
 `MIN_LETTERS` letters never is ("Dr.", the "U." of "U.S."): a split, not a sentence.
 
 Finding it is one pass over the descriptions that keeps no sentence's text: each sentence's
-distinct authors counted by hashes (numpy, 24 bytes a sentence), then the text of the
-sentences that passed read again from the rows that hold them. Python's string hash is salted
+distinct authors counted by hashes (numpy, 24 bytes a sentence), then the text of each
+sentence that passed read again from the first row holding it. Python's string hash is salted
 per process, so the hashes never leave it: a served form keeps the sentences' keys.
 """
 
@@ -108,10 +108,14 @@ class Boilerplate:
         common = hashes[counts >= min_authors]
         if not len(common):
             return cls(), none
-        held_rows = np.unique(np.frombuffer(rows, np.int64)[np.isin(h, common)])
+        at = np.frombuffer(rows, np.int64)
+        held_rows = np.unique(at[np.isin(h, common)])
+        # each common sentence's text from the first row holding it: a few rows read again,
+        # not every row holding boilerplate (nearly all of a catalog's, at worst)
+        first = np.unique(h, return_index=True)[1][np.isin(np.unique(h), common)]
         count = dict(zip(common.tolist(), counts[counts >= min_authors].tolist(), strict=True))
         held: dict[str, int] = {}
-        for row in held_rows.tolist():
+        for row in np.unique(at[first]).tolist():
             for key in text_keys(descriptions[row] or ""):
                 n = count.get(hash(key))
                 if n is not None:

@@ -82,9 +82,9 @@ def surname(tokens: Sequence[str]) -> tuple[str, ...]:
     return tuple(tokens[i:])
 
 
-# A book of more principal authors than this is a collection, no one author's own: an editor's
-# anthologies that share their contributors make each of them principal ("The Dark Descent":
-# Hartwell, Barker, Jackson, King, Oates)
+# A book of more principal authors than this is a collection, no contributor's own but its
+# first credited's (an editor's): anthologies that share their contributors make each of them
+# principal ("The Dark Descent": Hartwell, Barker, Jackson, King, Oates)
 MAX_OWN_PRINCIPALS = 3
 
 
@@ -96,9 +96,10 @@ class NamedAuthor:
     name: str
     rows: tuple[int, ...]
     intent: str  # "by" or "about"
-    # the rows of which a named author is one of at most MAX_OWN_PRINCIPALS principal authors
-    # (service/engine/book_works.py): their own books, which an author query ranks before
-    # anthologies that include them
+    # the rows of which a named author is the first credited or one of at most
+    # MAX_OWN_PRINCIPALS principal authors (service/engine/book_works.py): their own books
+    # (an editor's anthologies too), which an author query ranks before anthologies that only
+    # include them
     own: tuple[int, ...] = ()
 
 
@@ -333,7 +334,7 @@ class CatalogNames:
                     r
                     for key in named
                     for r in self._principal_rows.get(key, ())
-                    if len(self.principal[r]) <= MAX_OWN_PRINCIPALS
+                    if len(self.principal[r]) <= MAX_OWN_PRINCIPALS or self.principal[r][0] in named
                 }
                 return NamedAuthor(name, tuple(sorted(rows)), intent, tuple(sorted(own)))
         return None
