@@ -4,12 +4,13 @@ shared catalog, and a stand-in encoder fast enough to index a million of them in
     .venv/bin/python -m benchmarks.growth_catalog 100000 /tmp/books-100k.jsonl
 
 A synthetic book takes the first half of one real title's words and the second half of
-another's, two to four sentences of real descriptions, a real book's authors, year and
-language, and a numbered id; the text statistics (lengths, vocabulary, authors per book) are
-the shared catalog's. `StandInEncoder` embeds a text as the unit sum of one fixed random vector
-per hashed word: texts sharing words are close, as with a sentence model, at a few microseconds
-a text (the real model embeds about 60 texts/s on this machine). It records its vectors under
-the real model's name, so `attend serve` encodes queries with the real model over these keys.
+another's, two to four sentences of real descriptions joined into one, a real book's authors,
+year and language, and a numbered id; the text statistics (lengths, vocabulary, authors per
+book) are the shared catalog's. `StandInEncoder` embeds a text as the unit sum of one fixed
+random vector per hashed word: texts sharing words are close, as with a sentence model, at a
+few microseconds a text (the real model embeds about 60 texts/s on this machine). It records
+its vectors under the real model's name, so `attend serve` encodes queries with the real model
+over these keys.
 """
 
 from __future__ import annotations
@@ -64,7 +65,11 @@ def synthetic_books(source: Source, n: int, *, seed: int = 0) -> Iterator[dict[s
     for i in range(n):
         a, b = rng.choice(source.titles), rng.choice(source.titles)
         title = " ".join(a[: max(1, len(a) // 2)] + b[len(b) // 2 :])
-        description = " ".join(rng.choices(source.sentences, k=rng.randint(2, 4)))
+        # the sentences joined into one: real sentences drawn at random for random authors
+        # would each recur across hundreds of authors, the catalog's boilerplate
+        # (indexer/boilerplate.py), which a real catalog's sentences are not
+        parts = rng.choices(source.sentences, k=rng.randint(2, 4))
+        description = "; ".join(p.rstrip(".!? ") for p in parts) + "."
         yield {
             "id": f"syn-{i:07d}",
             "title": title,
@@ -91,7 +96,8 @@ def changed_catalog(source: Path, target: Path, fraction: float, *, seed: int = 
         for line in f:
             if rng.random() < fraction:
                 book = json.loads(line)
-                book["description"] = f"{book.get('description') or ''} A new edition, revised."
+                edit = f"a new edition of {book['title']}, revised."  # no sentence of many authors'
+                book["description"] = f"{book.get('description') or ''}; {edit}"
                 out.write(json.dumps(book, ensure_ascii=False) + "\n")
                 changed += 1
             else:

@@ -68,7 +68,7 @@ def text_keys(text: str) -> list[str]:
     return [k for s in _END.split(_NUMBER.sub("#", text)) if (k := _key(s)) is not None]
 
 
-def _author_key(authors: Sequence[str], row: int) -> str:
+def author_key(authors: Sequence[str], row: int) -> str:
     """Whose text a description is: its first author, or the book itself when it has none."""
     return " ".join(authors[0].lower().split()) if authors else f"\0{row}"
 
@@ -97,7 +97,7 @@ class Boilerplate:
             if text:
                 keys = set(text_keys(text))
                 sentences.extend(hash(k) for k in keys)
-                by.extend([hash(_author_key(names, row))] * len(keys))
+                by.extend([hash(author_key(names, row))] * len(keys))
                 rows.extend([row] * len(keys))
         none = np.zeros(0, np.int64)
         if not sentences:

@@ -6,6 +6,8 @@ end to end."""
 
 from __future__ import annotations
 
+import logging
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -224,3 +226,35 @@ def test_an_explanation_leaves_the_boilerplate_out(client: TestClient) -> None:
     words = {w["text"].lower() for w in r.json()["book_words"]}
     assert "roses" in words
     assert not words & {"reprint", "guide", "printing", "available"}
+
+
+def test_counting_only_the_changed_sentences_again_finds_what_reading_every_book_finds(
+    engine: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rng = random.Random(7)
+    lines = ["Reprint.", "Reader's Guide available.", "A first novel.", "Émile est là."]
+    lines += [f"The {w} edition has maps." for w in ("blue", "red", "green")]
+    names = [["Ann"], ["Bo"], ["Cy"], ["Di"], ["Ed", "Ann"], []]
+
+    def book(n: int) -> dict[str, object]:
+        own = "".join(chr(ord("a") + int(d)) for d in str(n))  # a word of its own: no number
+        text = f"The tale of {own}. " + " ".join(rng.sample(lines, rng.randint(0, 3)))
+        return {"id": f"b{n}", "title": own, "authors": rng.choice(names), "description": text}
+
+    books = {n: book(n) for n in range(14)}
+    for step in range(8):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="indexer.boilerplate_rows"):
+            report = _index(engine, tmp_path / str(step), list(books.values()))
+        assert report.generation == step + 1
+        with Session(engine) as session:
+            kept = boilerplate_rows.stored(session=session, generation=step + 1)
+            whole = boilerplate_rows.found(session=session, generation=step + 1)
+        assert kept.authors == whole.authors
+        if step:  # after the first, only the changed books' sentences were counted again
+            assert "sentences of the changed books counted again" in caplog.text
+        # a few books changed, one added, one removed
+        for n in rng.sample(sorted(books), 3):
+            books[n] = book(n)
+        books[100 + step] = book(100 + step)
+        del books[rng.choice(sorted(books))]
