@@ -8,8 +8,10 @@ the removed ones rare). So when a generation's boilerplate differs from the acti
 unchanged book whose description holds one of those sentences gets a new row in the generation
 (the same record and vectors: nothing is embedded again), and the swap reads it as changed.
 
-Finding it reads the generation's descriptions and authors once (O(N), at index time only); a
-change of the boilerplate reads the unchanged books' descriptions once more.
+What it costs, at index time only: a generation that wrote or closed few books counts only
+their sentences again, over the books holding them (one query); any other reads every
+description and author once (O(N)), and, where the boilerplate changed, the unchanged books'
+descriptions once more.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ logger = logging.getLogger(__name__)
 
 _KEY = "boilerplate/{}"  # the index metadata's key: a generation's sentences and authors
 INCREMENTAL_KEYS = 256  # sentences of the changed books counted again alone, at most
-# a word of a sentence key, as the descriptions holding it write it but for case: ASCII, which
-# SQLite's LIKE folds (it leaves other letters' case as it is)
+# a word of a sentence key, as the descriptions holding it write it but for case: ASCII letters,
+# which SQLite's LIKE folds (not other letters) and no LIKE pattern character
 _WORD = re.compile(r"[a-z]{3,}")
 _CHUNK = 500  # rows renewed a statement at a time
 _COPIED = ("id", "title", "description", "authors", "year", "language", "extra", "record_hash")
@@ -125,13 +127,14 @@ def _rechecked(
     """The boilerplate of `generation` from `before`'s with each of `keys` counted again over
     the books holding it (those whose description holds its longest word, then read), and the
     unchanged books to renew; None where a key has no ASCII word to look for."""
-    words = [max(_WORD.findall(k), key=len, default="") for k in keys]
-    if not keys or not all(words):
-        return (before, []) if not keys else None
+    if not keys:
+        return before, []
+    words = {max(_WORD.findall(k), key=len, default="") for k in keys}
+    if "" in words:
+        return None
     holders = session.execute(
         select(Book.row_id, Book.valid_from, Book.description, Book.authors).where(
-            store.visible_at(generation),
-            or_(*(Book.description.ilike(f"%{_escaped(w)}%", escape="\\") for w in set(words))),
+            store.visible_at(generation), or_(*(Book.description.ilike(f"%{w}%") for w in words))
         )
     )
     authors: dict[str, set[str]] = {k: set() for k in keys}
@@ -146,10 +149,6 @@ def _rechecked(
     moved = frozenset(now).symmetric_difference(before.keys)
     renew = [r for r, since, mine in held if since < generation and not moved.isdisjoint(mine)]
     return Boilerplate(frozenset(now), now), renew
-
-
-def _escaped(word: str) -> str:
-    return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _holding(session: Session, generation: int, keys: frozenset[str]) -> list[int]:
