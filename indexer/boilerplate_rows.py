@@ -42,10 +42,10 @@ _COPIED = ("id", "title", "description", "authors", "year", "language", "extra",
 
 def stored(*, session: Session, generation: int | None) -> Boilerplate:
     """The boilerplate written with `generation` (none for a generation written without it)."""
-    return _record(session, generation) or Boilerplate()
+    return kept(session=session, generation=generation) or Boilerplate()
 
 
-def _record(session: Session, generation: int | None) -> Boilerplate | None:
+def kept(*, session: Session, generation: int | None) -> Boilerplate | None:
     """The boilerplate written with `generation`, None where it has none (a generation older
     than this code, or none at all)."""
     if generation is None:
@@ -84,7 +84,7 @@ def settle(*, session: Session, generation: int, previous: int | None) -> tuple[
     few (`INCREMENTAL_KEYS`) and `previous` kept its boilerplate, only the books holding one of
     them are read (`_rechecked`: one query), not the whole catalog (a book written alone
     through the admin API, at a million books: 54 s the whole way)."""
-    before = _record(session, previous)
+    before = kept(session=session, generation=previous)
     keys = None if before is None else _changed_keys(session, generation)
     checked = None
     if before is not None and keys is not None:

@@ -17,7 +17,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from indexer import store
+from indexer import boilerplate_rows, store
+from indexer.boilerplate import Boilerplate
 from indexer.languages import language_key
 from indexer.schema import Book, Generation
 
@@ -40,6 +41,7 @@ class IndexStats:
     year_max: int | None = None
     languages: dict[str, int] = field(default_factory=dict)  # the most common first
     metadata: dict[str, Any] = field(default_factory=dict)  # what the last run recorded
+    boilerplate: Boilerplate | None = None  # the active generation's (None: it kept none)
 
 
 def index_stats(*, session: Session) -> IndexStats:
@@ -83,4 +85,5 @@ def index_stats(*, session: Session) -> IndexStats:
         year_max=max(years, default=None),
         languages=dict(languages.most_common()),
         metadata=store.get_metadata(session=session),
+        boilerplate=boilerplate_rows.kept(session=session, generation=active.id),
     )

@@ -58,8 +58,18 @@ def test_stats_says_what_the_index_holds(
         "languages en 3, fr 1",
         "embedded: title and description keys for every book (1 without a description: their "
         "title)",
+        "boilerplate: no sentence recurs across 3 authors' descriptions",
         "next: attend serve, then open http://127.0.0.1:8123",
     ]
+    # three authors' descriptions share a sentence: the next generation's boilerplate
+    path.write_text(CATALOG.replace(".,", ". Reprint.,"), encoding="utf-8")
+    assert main(["index", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["stats"]) == 0
+    assert capsys.readouterr().out.splitlines()[-2] == (
+        "boilerplate: 1 sentences recur across 3 or more authors' descriptions, left out of the "
+        "lexical heads: 'reprint' (3)"
+    )
 
 
 def test_stats_of_no_index_says_what_to_do(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from service.commands.command_database import database_url_of, open_index, shown_url
 
 if TYPE_CHECKING:
+    from indexer.boilerplate import Boilerplate
     from indexer.index_stats import IndexStats
 
 
@@ -66,8 +67,24 @@ def stats_lines(stats: IndexStats, database: str, next_step: str) -> list[str]:
         f"embedded: {fields} keys for every book"
         + (f" ({missing} without a description: their title)" if missing else "")
     )
+    lines.append(_boilerplate(stats.boilerplate))
     lines.append(f"next: {next_step}")
     return lines
+
+
+def _boilerplate(found: Boilerplate | None) -> str:
+    """What the lexical heads leave out of the active generation's descriptions."""
+    from indexer.boilerplate import MIN_AUTHORS
+
+    if found is None:
+        return "boilerplate: none kept (a generation written before it: the next index finds it)"
+    if not found:
+        return f"boilerplate: no sentence recurs across {MIN_AUTHORS} authors' descriptions"
+    widest = "; ".join(f"{key!r} ({n})" for key, n in found.widest(3))
+    return (
+        f"boilerplate: {len(found)} sentences recur across {MIN_AUTHORS} or more authors' "
+        f"descriptions, left out of the lexical heads: {widest}"
+    )
 
 
 def next_step(database_url: str) -> str:
