@@ -42,5 +42,6 @@ lint: install
 # The thread settings the `attend` command gives the service (service/commands/threads.py), so
 # in-process tests run the CPU product the service runs. The PostgreSQL tests skip unless
 # ATTEND_TEST_POSTGRES_URL is set, the browser tests unless Debian's chromium is on PATH.
+# PYTHONFAULTHANDLER: a crash, even after the last test, prints every thread's stack.
 test: lint
-	OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4 $(BIN)/python -m pytest
+	PYTHONFAULTHANDLER=1 OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4 $(BIN)/python -m pytest

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from own_process import pytest_runtest_protocol  # noqa: F401  (a hook: pytest finds it here)
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 

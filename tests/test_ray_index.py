@@ -95,6 +95,7 @@ def _assert_same_index(
         assert [h.weight for h in g.hits] == pytest.approx([h.weight for h in w.hits], rel=1e-4)
 
 
+@pytest.mark.own_process
 def test_ray_index_equals_the_single_process_run(
     tmp_path: Path, encoder: SentenceTransformerEncoder, local_ray: None
 ) -> None:

@@ -153,6 +153,7 @@ def test_a_request_goes_down_through_the_rooms_and_back(
     _assert_down_and_back(recorder, kind, response, worker, sharded=keys == "shards")
 
 
+@pytest.mark.own_process
 def test_requests_on_ray_go_down_through_the_rooms_and_back(
     tmp_path: Path, recorder: CallRecorder
 ) -> None:

@@ -1,0 +1,85 @@
+"""`@pytest.mark.own_process`: a test run in a Python process of its own, a child pytest on
+its node id, whose outcome the suite reports as the test's.
+
+For the tests that start Ray in the test process (a local Ray, Ray Data, Serve handles): Ray
+leaves threads behind after `ray.shutdown()` (its core worker's gRPC and io threads, Serve's
+router event loop) that refer to what the shutdown freed, so a second Ray session in the same
+process, or the interpreter's teardown at the end of the suite, can crash (ray-project/ray
+#31145). A CI run of the whole suite passed every test and then ended in a segmentation fault
+while its process exited. One short process per such test ends with its Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+CHILD = "ATTEND_TEST_OWN_PROCESS"  # set in the child: the test runs there, as any other
+LIMIT_S = 600  # as pytest-timeout's limit for one test (pyproject.toml)
+SHOWN = 8000  # characters of a failed child's output in the report
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """Run a marked test in a child pytest and report its outcome here; None for every other
+    test (pytest runs it)."""
+    if item.get_closest_marker("own_process") is None or os.environ.get(CHILD):
+        return None
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    start = time.time()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", item.nodeid],
+        env={**os.environ, CHILD: "1"},
+        cwd=item.config.rootpath,
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S,
+        check=False,
+    )
+    stop = time.time()
+    output = done.stdout + done.stderr
+    outcome, longrepr = _outcome(item, done.returncode, output)
+    for when in ("setup", "call"):
+        report = pytest.TestReport(
+            item.nodeid,
+            item.location,
+            dict.fromkeys(item.keywords, 1),
+            outcome if when == "call" else "passed",
+            longrepr if when == "call" else None,
+            when,
+            duration=stop - start if when == "call" else 0.0,
+            start=start,
+            stop=stop,
+        )
+        item.ihook.pytest_runtest_logreport(report=report)
+    # what the tests before this one set up and the next one does not share (their module's
+    # fixtures) is torn down here, as after any test: pytest's SetupState, which its teardown
+    # hook would reach through plugins that expect this test's own setup to have run
+    teardown = pytest.CallInfo.from_call(
+        lambda: item.session._setupstate.teardown_exact(nextitem), "teardown"
+    )
+    item.ihook.pytest_runtest_logreport(
+        report=item.ihook.pytest_runtest_makereport(item=item, call=teardown)
+    )
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
+def _outcome(item: pytest.Item, returncode: int, output: str) -> tuple[str, object]:
+    """The child's outcome: passed, skipped (with its reason) or failed (with its output's
+    end); a child that passed and then crashed on its way out failed."""
+    summary = output.strip().splitlines()[-1] if output.strip() else ""
+    if returncode == 0 and re.search(r"\b1 passed\b", summary):
+        return "passed", None
+    if returncode == 0 and re.search(r"\b1 skipped\b", summary):
+        reason = re.search(r"^SKIPPED \[\d+\] (.*)$", output, re.MULTILINE)
+        path, line, _ = item.location
+        return "skipped", (path, (line or 0) + 1, reason.group(1) if reason else "skipped")
+    return "failed", f"the test's own process ended with exit code {returncode}:\n" + output[
+        -SHOWN:
+    ]
