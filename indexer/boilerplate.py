@@ -88,10 +88,9 @@ class Boilerplate:
         authors: Sequence[Sequence[str]],
         *,
         min_authors: int = MIN_AUTHORS,
-    ) -> tuple[Boilerplate, np.ndarray]:
+    ) -> Boilerplate:
         """The sentences of `descriptions` (row-aligned with the books' `authors`) that at
-        least `min_authors` first authors' descriptions hold, and the rows whose description
-        holds one (int64, ascending): the only ones `strip` changes."""
+        least `min_authors` first authors' descriptions hold."""
         sentences, by, rows = array("q"), array("q"), array("q")  # one entry a sentence
         for row, (text, names) in enumerate(zip(descriptions, authors, strict=True)):
             if text:
@@ -99,28 +98,26 @@ class Boilerplate:
                 sentences.extend(hash(k) for k in keys)
                 by.extend([hash(author_key(names, row))] * len(keys))
                 rows.extend([row] * len(keys))
-        none = np.zeros(0, np.int64)
         if not sentences:
-            return cls(), none
+            return cls()
         h = np.frombuffer(sentences, np.int64)
         pairs = np.unique(np.stack([h, np.frombuffer(by, np.int64)], 1), axis=0)
         hashes, counts = np.unique(pairs[:, 0], return_counts=True)
-        common = hashes[counts >= min_authors]
-        if not len(common):
-            return cls(), none
-        at = np.frombuffer(rows, np.int64)
-        held_rows = np.unique(at[np.isin(h, common)])
+        common = counts >= min_authors
+        if not common.any():
+            return cls()
         # each common sentence's text from the first row holding it: a few rows read again,
-        # not every row holding boilerplate (nearly all of a catalog's, at worst)
-        first = np.unique(h, return_index=True)[1][np.isin(np.unique(h), common)]
-        count = dict(zip(common.tolist(), counts[counts >= min_authors].tolist(), strict=True))
+        # not every row holding boilerplate (nearly all of a catalog's, at worst); `hashes` is
+        # every distinct sentence, sorted, as np.unique(h) would give it
+        first = np.unique(h, return_index=True)[1][common]
+        count = dict(zip(hashes[common].tolist(), counts[common].tolist(), strict=True))
         held: dict[str, int] = {}
-        for row in np.unique(at[first]).tolist():
+        for row in np.unique(np.frombuffer(rows, np.int64)[first]).tolist():
             for key in text_keys(descriptions[row] or ""):
                 n = count.get(hash(key))
                 if n is not None:
                     held[key] = n
-        return cls(frozenset(held), held), held_rows
+        return cls(frozenset(held), held)
 
     @classmethod
     def of(cls, keys: Iterable[str]) -> Boilerplate:
@@ -151,3 +148,14 @@ class Boilerplate:
     def widest(self, n: int = SHOWN) -> list[tuple[str, int]]:
         """The `n` sentences the most authors' descriptions hold, with how many."""
         return sorted(self.authors.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+
+    def summary(self, n: int = SHOWN) -> str:
+        """One line for `attend index` and `attend stats`: how many sentences, the `n` widest
+        with their authors."""
+        if not self.keys:
+            return f"no sentence recurs across {MIN_AUTHORS} authors' descriptions"
+        widest = "; ".join(f"{key!r} ({count})" for key, count in self.widest(n))
+        return (
+            f"{len(self)} sentences recur across {MIN_AUTHORS} or more authors' descriptions, "
+            f"left out of the lexical heads: {widest}"
+        )

@@ -72,7 +72,7 @@ def found(*, session: Session, generation: int) -> Boilerplate:
             yield description or ""
 
     column = TextColumn.of(descriptions())  # one column: not a str object per description
-    return Boilerplate.found(column, authors)[0]
+    return Boilerplate.found(column, authors)
 
 
 def settle(*, session: Session, generation: int, previous: int | None) -> tuple[Boilerplate, int]:

@@ -30,7 +30,7 @@ BLURB = "Reader's Guide available. Reprint. 100,000 first printing."
 
 
 def _found(descriptions: list[str | None], authors: list[list[str]]) -> Boilerplate:
-    return Boilerplate.found(descriptions, authors)[0]
+    return Boilerplate.found(descriptions, authors)
 
 
 def test_a_sentence_of_three_authors_descriptions_is_boilerplate_and_of_two_is_not() -> None:
@@ -85,11 +85,10 @@ def test_sentences_end_at_a_stop_before_a_space_or_capital_never_inside_a_number
     ]
 
 
-def test_strip_leaves_the_rest_and_the_held_rows_are_those_it_changes() -> None:
+def test_strip_leaves_the_rest() -> None:
     texts = [f"About {t}. {BLURB}" for t in ("whales", "bees", "salt")] + ["Plain.", None]
-    found, held = Boilerplate.found(texts, [["A"], ["B"], ["C"], ["D"], ["E"]])
+    found = Boilerplate.found(texts, [["A"], ["B"], ["C"], ["D"], ["E"]])
     assert found.keys == {"reader's guide available", "reprint", "# first printing"}
-    assert held.tolist() == [0, 1, 2]
     assert found.strip(texts[0]) == "About whales."
     assert found.strip("Plain.") == "Plain."
     assert found.strip(None) is None
@@ -154,9 +153,14 @@ def _vectors(session: Session, row_id: int) -> set[tuple[str, str, int]]:
 
 def test_the_index_command_names_what_it_found(engine: Engine, tmp_path: Path) -> None:
     line = _boilerplate_line(_index(engine, tmp_path, _books(["Bo", "Cy"])))
-    assert line.startswith(f"boilerplate: 3 sentences recur in the descriptions of {MIN_AUTHORS}")
+    assert line.startswith(f"boilerplate: 3 sentences recur across {MIN_AUTHORS} or more authors'")
     assert "'reprint' (3)" in line
-    assert "boilerplate: no sentence" in _boilerplate_line(_index(engine, tmp_path, _books([])))
+    # the second run: the blurb is no longer boilerplate, so the unchanged book holding it is
+    # renewed
+    assert _boilerplate_line(_index(engine, tmp_path, _books([]))) == (
+        "boilerplate (1 of the updated books renewed for it): no sentence recurs across "
+        f"{MIN_AUTHORS} authors' descriptions\n"
+    )
 
 
 def _index(engine: Engine, folder: Path, books: list[dict[str, object]]) -> IndexReport:

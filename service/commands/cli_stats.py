@@ -74,17 +74,9 @@ def stats_lines(stats: IndexStats, database: str, next_step: str) -> list[str]:
 
 def _boilerplate(found: Boilerplate | None) -> str:
     """What the lexical heads leave out of the active generation's descriptions."""
-    from indexer.boilerplate import MIN_AUTHORS
-
     if found is None:
         return "boilerplate: none kept (a generation written before it: the next index finds it)"
-    if not found:
-        return f"boilerplate: no sentence recurs across {MIN_AUTHORS} authors' descriptions"
-    widest = "; ".join(f"{key!r} ({n})" for key, n in found.widest(3))
-    return (
-        f"boilerplate: {len(found)} sentences recur across {MIN_AUTHORS} or more authors' "
-        f"descriptions, left out of the lexical heads: {widest}"
-    )
+    return f"boilerplate: {found.summary(3)}"
 
 
 def next_step(database_url: str) -> str:

@@ -125,18 +125,8 @@ def _index_command(args: argparse.Namespace) -> int:
 def _boilerplate_line(report: IndexReport) -> str:
     """What the new generation's descriptions repeat across authors, which the lexical heads
     and the explanations leave out (indexer/boilerplate.py)."""
-    from indexer.boilerplate import MIN_AUTHORS
-
-    found = report.boilerplate
     renewed = f" ({report.renewed} of the updated books renewed for it)" if report.renewed else ""
-    if not found:
-        return f"boilerplate: no sentence recurs across {MIN_AUTHORS} authors{renewed}\n"
-    shown = "; ".join(f"{key!r} ({n})" for key, n in found.widest())
-    return (
-        f"boilerplate: {len(found)} sentences recur in the descriptions of {MIN_AUTHORS} or more "
-        f"authors and weigh nothing in the lexical heads{renewed}; the widest (authors): "
-        f"{shown}\n"
-    )
+    return f"boilerplate{renewed}: {report.boilerplate.summary()}\n"
 
 
 def column_options(given: list[str] | None) -> dict[str, str]:
