@@ -166,6 +166,9 @@ def test_a_query_naming_two_authors_is_evidence_for_both(names: CatalogNames, qu
     word = " or " if " or " in query else " and "
     assert set(named.name.split(word)) == {"Terry Pratchett", "Toni Morrison"}
     assert not {"Jack London", "William Gibson"} & by
+    # one part of the author head per name: each author's own books (Good Omens is Pratchett's)
+    parts = sorted([BOOKS[r][0].split()[0] for r in part] for part in named.parts)
+    assert parts == [["Beloved", "Sula"], ["Mort", "Small", "Good", "Lords"]]
 
 
 def test_or_between_a_name_and_another_word_names_one_author(names: CatalogNames) -> None:
@@ -236,3 +239,8 @@ def test_an_author_querys_own_books_leave_out_collections_of_many_principal_auth
     # an author principal on no book of few principal authors keeps every book crediting them
     ann = catalog.recognise("ann a", lambda w: True)
     assert ann is not None and ann.own == () and len(ann.rows) == 2
+    # the author head's part of each: their own books, else every book crediting them
+    assert named.parts == (named.own,) and editor.parts == (editor.own,)
+    assert ann.parts == (ann.rows,)
+    both = catalog.recognise("ann a or stephen king", lambda w: True)
+    assert both is not None and both.parts == (ann.rows, named.own)

@@ -153,6 +153,27 @@ def test_an_author_query_ranks_their_own_books_before_anthologies_that_include_t
     assert [h["authors"] for h in body["results"]] == [["Terry Pratchett"]] * 3
 
 
+def test_a_query_joining_two_authors_gives_each_half_of_the_author_head(
+    client: TestClient,
+) -> None:
+    """Pratchett's three novels and Gibson's two: each author's books hold half of the author
+    head, however near either's descriptions sit to the query's embedding, and the head's score
+    shown is the book's q·k, as for one author."""
+    body = client.get("/search", params={"q": "terry pratchett or william gibson", "k": 10}).json()
+    assert body["author"]["name"] == "Terry Pratchett or William Gibson"
+    held: dict[str, float] = {}
+    for hit in body["results"]:
+        part = hit["heads"]["author"]
+        if part["probability"] > 0:
+            (author,) = hit["authors"]  # their own books, not the anthologies crediting him
+            held[author] = held.get(author, 0.0) + part["probability"]
+            assert part["score"] == pytest.approx(hit["score"], abs=1e-5)
+    assert held == {
+        "Terry Pratchett": pytest.approx(0.5, rel=1e-4),
+        "William Gibson": pytest.approx(0.5, rel=1e-4),
+    }
+
+
 @pytest.mark.parametrize("query", ["victorian london", "the french revolution"])
 def test_a_subject_that_contains_a_name_names_no_author(client: TestClient, query: str) -> None:
     body = client.get("/search", params={"q": query, "k": 3}).json()

@@ -20,7 +20,7 @@ readers. Here an author is the whole name (its tokens folded: case, accents, pun
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence, Sized
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,6 +101,10 @@ class NamedAuthor:
     # (an editor's anthologies too), which an author query ranks before anthologies that only
     # include them
     own: tuple[int, ...] = ()
+    # the books the author head attends over, one part per name the query joins ("king or
+    # koontz": two), each that name's own books, else every book crediting it; the parts share
+    # the head equally (service/engine/scored_heads.py `restricted_head`)
+    parts: tuple[tuple[int, ...], ...] = ()
 
 
 class CatalogNames:
@@ -311,8 +315,8 @@ class CatalogNames:
             for i in range(len(words) - n + 1):
                 if not (keys := self._named(words, i, n)):
                     continue
-                rows = {r for key in keys for r in self._author_rows[key]}
-                named = set(keys)
+                rows = self._rows_of(keys)
+                named, parts = set(keys), [keys]
                 name = self.written(max(sorted(keys), key=lambda k: len(self._author_rows[k])))
                 if n == len(words) and holding is not None:  # the name alone
                     others = len(holding(" ".join(words))) - len(rows)
@@ -323,21 +327,40 @@ class CatalogNames:
                 # "and" (or "&", which folds away) or "or" is evidence for both
                 if other := self._joined(words, start, stop, joined="&" in query):
                     (start, stop), more, word = other
-                    rows |= {r for key in more for r in self._author_rows[key]}
+                    rows |= self._rows_of(more)
                     named |= set(more)
+                    parts.append(more)
                     second = self.written(
                         max(sorted(more), key=lambda k: len(self._author_rows[k]))
                     )
                     name = f"{second} {word} {name}" if start < i else f"{name} {word} {second}"
                 intent = "about" if _asks_about(words[:start], words[stop:]) else "by"
-                own = {
-                    r
-                    for key in named
-                    for r in self._principal_rows.get(key, ())
-                    if len(self.principal[r]) <= MAX_OWN_PRINCIPALS or self.principal[r][0] in named
-                }
-                return NamedAuthor(name, tuple(sorted(rows)), intent, tuple(sorted(own)))
+                owns = [self._own_rows(p, named) for p in parts]
+                return NamedAuthor(
+                    name,
+                    tuple(sorted(rows)),
+                    intent,
+                    tuple(sorted(set().union(*owns))),
+                    tuple(
+                        tuple(sorted(own or self._rows_of(p)))
+                        for p, own in zip(parts, owns, strict=True)
+                    ),
+                )
         return None
+
+    def _rows_of(self, keys: Iterable[AuthorKey]) -> set[int]:
+        """The rows crediting any of the author keys."""
+        return {r for key in keys for r in self._author_rows[key]}
+
+    def _own_rows(self, keys: Iterable[AuthorKey], named: set[AuthorKey]) -> set[int]:
+        """The rows of which one of `keys` is a principal author, among at most
+        MAX_OWN_PRINCIPALS or after one of the query's `named` authors."""
+        return {
+            r
+            for key in keys
+            for r in self._principal_rows.get(key, ())
+            if len(self.principal[r]) <= MAX_OWN_PRINCIPALS or self.principal[r][0] in named
+        }
 
     def written(self, key: AuthorKey) -> str:
         """The author's name as the first book crediting it writes it (folded again for the

@@ -54,14 +54,20 @@ class Parts(Mapping[str, HeadPart]):
     """A hit's part of each head, made when first read (`HitParts.parts`): a sort or facets
     rank a thousand hits a query and show a page of them."""
 
-    def __init__(self, hits: HitParts, b: int, r: int):
+    def __init__(self, hits: HitParts, b: int, r: int, author_score: float | None = None):
+        """`author_score`: the author head's score to show where its scores were shifted for
+        joined authors (`scored_heads.shared`): the hit's q·k with its description key."""
         self._of: tuple[HitParts, int, int] | None = (hits, b, r)
         self._parts: dict[str, HeadPart] = {}
+        self._author_score = author_score
 
     def _made(self) -> dict[str, HeadPart]:
         if self._of is not None:
             hits, b, r = self._of
             self._parts, self._of = hits.parts(b, r), None
+            part = self._parts.get(AUTHOR)
+            if self._author_score is not None and part is not None and part.probability > 0:
+                self._parts[AUTHOR] = replace(part, score=self._author_score)
         return self._parts
 
     def __getitem__(self, head: str) -> HeadPart:
@@ -153,8 +159,16 @@ def rank_queries(
             return []  # every head it asked for abstained (service/engine/mixing.py)
         at = dict(hits.rows[b])
         slots = works.one_slot(row for row, _ in hits.rows[b])[:k]
+        author = named[b]
+        shifted = author is not None and len(author.parts) > 1
         return [
-            Hit(row, descs[b][at[row]], weights[b][at[row]], Parts(hits, b, at[row]), tuple(below))
+            Hit(
+                row,
+                descs[b][at[row]],
+                weights[b][at[row]],
+                Parts(hits, b, at[row], descs[b][at[row]] if shifted else None),
+                tuple(below),
+            )
             for row, below in slots
         ]
 
@@ -200,10 +214,12 @@ def components(
             head, evidence = lexical_head(scores, scales[h], mask)
         # an author's own books where they have any, else every book crediting them (a
         # foreword writer's): "scary stephen king novels" is King's horror before anthologies
-        # of eighteen writers that include a King story
-        by = [(n.own or n.rows) if n is not None and n.intent == "by" else () for n in named]
-        if h == AUTHOR and any(by):
-            head, evidence = restricted_head(index, q, by, scales[h], mask)
+        # of eighteen writers that include a King story; each author a query joins ("king or
+        # koontz") holds an equal share of the head
+        parts = [n.parts if n is not None and n.intent == "by" else () for n in named]
+        if h == AUTHOR and any(parts):
+            by = [sorted({r for part in p for r in part}) for p in parts]
+            head, evidence = restricted_head(index, q, by, scales[h], mask, parts=parts)
         out.append(Component(h, scales[h], asked, scored=head, evidence=evidence))
     return out
 

@@ -80,9 +80,13 @@ def restricted_head(
     rows: Sequence[Sequence[int]],
     scale: float,
     mask: Tensor | None,
+    *,
+    parts: Sequence[Sequence[Sequence[int]]] | None = None,
 ) -> tuple[ScoredHead, list[bool]]:
     """Query b (row of q (B, d), a description-key query) attends over the books `rows[b]`
-    alone: the head and, per query, whether a kept book is among its rows."""
+    alone: the head and, per query, whether a kept book is among its rows. `parts[b]`, where
+    given, splits query b's rows into parts that share the head equally (one author each of
+    "king or koontz")."""
     B, N = q.shape[0], len(index)
     scores = torch.full((B, N), -math.inf)  # (B, N)
     union = sorted({r for rs in rows for r in rs})
@@ -94,9 +98,35 @@ def restricted_head(
             if rs:
                 cols = torch.tensor([at[r] for r in rs])
                 scores[b, torch.tensor(list(rs))] = s[b, cols]
-    evidence = (torch.isfinite(scores) & kept(mask, B, N)).any(-1)  # (B,)
+    kept_books = kept(mask, B, N)
+    for b, split in enumerate(parts or ()):
+        if len(split) > 1:
+            shared(scores[b], split, scale, kept_books[b])
+    evidence = (torch.isfinite(scores) & kept_books).any(-1)  # (B,)
     scores[~evidence] = 0.0  # uniform: it weighs only where nothing else was asked
     return ScoredHead(scores, scale), evidence.tolist()
+
+
+def shared(scores: Tensor, parts: Sequence[Sequence[int]], scale: float, kept: Tensor) -> None:
+    """Shift one query's restricted scores (N,) in place so that each part of its books with a
+    kept book holds an equal share of the head: with L_g the log-sum-exp of scale · s over
+    part g's kept books and A such parts, a book i gets
+
+        p_i = (1 / A) · Σ_{g ∋ i} exp(scale · s_i − L_g)
+
+    the mean of the parts' own softmaxes (a book in two parts, a co-written one, has both), as
+    a softmax of scale · s_i + log Σ_{g ∋ i} exp(−L_g) over the union. Without it, the author
+    whose books sit nearer the query's embedding takes the head ("john grisham or tom clancy":
+    all Clancy)."""
+    shift = torch.zeros(scores.shape[0], dtype=torch.float64)  # Σ_g exp(−L_g) per book
+    logits = scale * scores.double()
+    for part in parts:
+        at = torch.tensor(list(part), dtype=torch.long)
+        at = at[kept[at]]
+        if len(at):
+            shift[at] += torch.exp(-torch.logsumexp(logits[at], 0))
+    inside = shift > 0
+    scores[inside] += (torch.log(shift[inside]) / scale).float()
 
 
 def uniform(B: int, N: int, scale: float) -> ScoredHead:
