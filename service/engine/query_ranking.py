@@ -55,8 +55,9 @@ class Parts(Mapping[str, HeadPart]):
     rank a thousand hits a query and show a page of them."""
 
     def __init__(self, hits: HitParts, b: int, r: int, author_score: float | None = None):
-        """`author_score`: the author head's score to show where its scores were shifted for
-        joined authors (`scored_heads.shared`): the hit's q·k with its description key."""
+        """`author_score`: the author head's score to show for a book of it whose score was
+        shifted for joined authors (`scored_heads.shared`): the hit's q·k with its description
+        key, the head's score before the shift."""
         self._of: tuple[HitParts, int, int] | None = (hits, b, r)
         self._parts: dict[str, HeadPart] = {}
         self._author_score = author_score
@@ -66,7 +67,7 @@ class Parts(Mapping[str, HeadPart]):
             hits, b, r = self._of
             self._parts, self._of = hits.parts(b, r), None
             part = self._parts.get(AUTHOR)
-            if self._author_score is not None and part is not None and part.probability > 0:
+            if self._author_score is not None and part is not None:
                 self._parts[AUTHOR] = replace(part, score=self._author_score)
         return self._parts
 
@@ -160,13 +161,14 @@ def rank_queries(
         at = dict(hits.rows[b])
         slots = works.one_slot(row for row, _ in hits.rows[b])[:k]
         author = named[b]
-        shifted = author is not None and len(author.parts) > 1
+        # the author head's rows, where its scores were shifted for joined authors
+        shifted = {r for p in author.parts for r in p} if author and len(author.parts) > 1 else ()
         return [
             Hit(
                 row,
                 descs[b][at[row]],
                 weights[b][at[row]],
-                Parts(hits, b, at[row], descs[b][at[row]] if shifted else None),
+                Parts(hits, b, at[row], descs[b][at[row]] if row in shifted else None),
                 tuple(below),
             )
             for row, below in slots

@@ -118,15 +118,18 @@ def shared(scores: Tensor, parts: Sequence[Sequence[int]], scale: float, kept: T
     a softmax of scale · s_i + log Σ_{g ∋ i} exp(−L_g) over the union. Without it, the author
     whose books sit nearer the query's embedding takes the head ("john grisham or tom clancy":
     all Clancy)."""
-    shift = torch.zeros(scores.shape[0], dtype=torch.float64)  # Σ_g exp(−L_g) per book
-    logits = scale * scores.double()
+    books = sorted({r for part in parts for r in part})
+    place = {r: j for j, r in enumerate(books)}
+    shift = torch.zeros(len(books), dtype=torch.float64)  # Σ_g exp(−L_g) per book of a part
     for part in parts:
         at = torch.tensor(list(part), dtype=torch.long)
         at = at[kept[at]]
         if len(at):
-            shift[at] += torch.exp(-torch.logsumexp(logits[at], 0))
+            lse = torch.logsumexp(scale * scores[at].double(), 0)
+            shift[[place[r] for r in at.tolist()]] += torch.exp(-lse)
     inside = shift > 0
-    scores[inside] += (torch.log(shift[inside]) / scale).float()
+    rows = torch.tensor(books, dtype=torch.long)[inside]
+    scores[rows] += (torch.log(shift[inside]) / scale).float()
 
 
 def uniform(B: int, N: int, scale: float) -> ScoredHead:
