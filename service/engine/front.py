@@ -99,8 +99,9 @@ class Front:
         )
 
     async def explain(self, book_id: str, query: str) -> BookExplanation:
-        boilerplate = self.index.boilerplate  # the served generation's, as `book` reads it
-        book = await self.book(book_id)
+        index = self.index  # one generation for the book and its boilerplate, whatever swaps
+        book = await self._book(book_id, index.generation)
+        boilerplate = index.boilerplate
         return await self.searcher.call(
             lambda: self.explainer.explain(
                 book_id=book.book.id,
@@ -113,7 +114,9 @@ class Front:
 
     async def book(self, book_id: str) -> BookRecord:
         """The book as the served generation holds it; BookNotFoundError if it does not."""
-        generation = self.index.generation
+        return await self._book(book_id, self.index.generation)
+
+    async def _book(self, book_id: str, generation: int | None) -> BookRecord:
         book = await asyncio.to_thread(self._read_book, book_id, generation)
         if book is None:
             raise BookNotFoundError(book_id)
