@@ -44,7 +44,7 @@ def lexical_head(
     # the head's support is its books with a term: its top k and log-sum-exp read them alone
     if cpu_kernels.available():  # one read of the scores (models/_cpu_kernels.c)
         cols, counts = cpu_kernels.positive_support(s)
-        rows = np.repeat(np.arange(B), counts)
+        rows = rows_of(counts)
     else:
         term = s > 0  # (B, N)
         rows, cols = np.nonzero(term)  # row-major
@@ -59,11 +59,24 @@ def lexical_head(
         N = s.shape[1]
         starts = np.searchsorted(rows, np.arange(B + 1))
         parts = [cols[starts[b] : starts[b + 1]] if evidence[b] else np.arange(N) for b in range(B)]
-        rows = np.repeat(np.arange(B), [len(p) for p in parts])
+        rows = rows_of(np.array([len(p) for p in parts], dtype=np.int64))
         cols = np.concatenate(parts)
     finite = (torch.from_numpy(rows), torch.from_numpy(cols))
     head = ScoredHead(torch.from_numpy(s), scale, finite=finite)
     return head, [bool(e) for e in evidence]
+
+
+def rows_of(counts: np.ndarray) -> np.ndarray:
+    """(Σ counts,) int64: b repeated counts[b] times, row by row (a slice filled per row:
+    np.repeat took about three times as long over the tens of millions of entries a batch's
+    lexical support holds at 1M books)."""
+    ends = np.cumsum(counts)
+    rows = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
+    start = 0
+    for b, end in enumerate(ends.tolist()):
+        rows[start:end] = b
+        start = end
+    return rows
 
 
 def kept_at(mask: Tensor, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
