@@ -2,20 +2,23 @@
 its node id, whose outcome the suite reports as the test's.
 
 For the tests that start Ray in the test process (a local Ray, Ray Data, Serve handles): Ray
-leaves threads behind after `ray.shutdown()` (its core worker's gRPC and io threads, Serve's
-router event loop) that refer to what the shutdown freed, so a second Ray session in the same
-process, or the interpreter's teardown at the end of the suite, can crash (ray-project/ray
-#31145). A CI run of the whole suite passed every test and then ended in a segmentation fault
-while its process exited. One short process per such test ends with its Ray.
+leaves threads running after `ray.shutdown()` (its core worker's gRPC and io threads, Serve's
+router event loop), and with them a second Ray session in the same process, or the
+interpreter's teardown, can crash (ray-project/ray#31145). A CI run of the whole suite passed
+every test and then ended in a segmentation fault as its process exited, and a run here ended
+with those threads alive (the likely cause; the crash itself was not caught). One short
+process per such test ends with its Ray.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -32,18 +35,22 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return None
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     start = time.time()
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", item.nodeid],
-        env={**os.environ, CHILD: "1"},
-        cwd=item.config.rootpath,
-        capture_output=True,
-        text=True,
-        timeout=LIMIT_S,
-        check=False,
-    )
-    stop = time.time()
+    with tempfile.TemporaryDirectory() as folder:
+        junit = Path(folder) / "report.xml"
+        child = ["-q", "-p", "no:cacheprovider", f"--junitxml={junit}", item.nodeid]
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", *child],
+            env={**os.environ, CHILD: "1"},
+            cwd=item.config.rootpath,
+            capture_output=True,
+            text=True,
+            timeout=LIMIT_S,
+            check=False,
+        )
+        stop = time.time()
+        skipped = _skipped(junit)
     output = done.stdout + done.stderr
-    outcome, longrepr = _outcome(item, done.returncode, output)
+    outcome, longrepr = _outcome(item, done.returncode, skipped, output)
     for when in ("setup", "call"):
         report = pytest.TestReport(
             item.nodeid,
@@ -70,16 +77,24 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     return True
 
 
-def _outcome(item: pytest.Item, returncode: int, output: str) -> tuple[str, object]:
+def _skipped(junit: Path) -> str | None:
+    """The reason the child's JUnit report gives for skipping its test, if it skipped it."""
+    if not junit.exists():
+        return None
+    found = ElementTree.parse(junit).find(".//testcase/skipped")
+    return None if found is None else found.get("message", "skipped")
+
+
+def _outcome(
+    item: pytest.Item, returncode: int, skipped: str | None, output: str
+) -> tuple[str, object]:
     """The child's outcome: passed, skipped (with its reason) or failed (with its output's
     end); a child that passed and then crashed on its way out failed."""
-    summary = output.strip().splitlines()[-1] if output.strip() else ""
-    if returncode == 0 and re.search(r"\b1 passed\b", summary):
+    if returncode == 0 and skipped is None:
         return "passed", None
-    if returncode == 0 and re.search(r"\b1 skipped\b", summary):
-        reason = re.search(r"^SKIPPED \[\d+\] (.*)$", output, re.MULTILINE)
+    if returncode == 0:
         path, line, _ = item.location
-        return "skipped", (path, (line or 0) + 1, reason.group(1) if reason else "skipped")
+        return "skipped", (path, (line or 0) + 1, skipped)
     return "failed", f"the test's own process ended with exit code {returncode}:\n" + output[
         -SHOWN:
     ]
