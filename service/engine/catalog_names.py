@@ -96,15 +96,17 @@ class NamedAuthor:
     name: str
     rows: tuple[int, ...]
     intent: str  # "by" or "about"
-    # the rows of which a named author is the first credited or one of at most
-    # MAX_OWN_PRINCIPALS principal authors (service/engine/book_works.py): their own books
-    # (an editor's anthologies too), which an author query ranks before anthologies that only
-    # include them
-    own: tuple[int, ...] = ()
     # the books the author head attends over, one part per name the query joins ("king or
     # koontz": two), each that name's own books, else every book crediting it; the parts share
-    # the head equally (service/engine/scored_heads.py `restricted_head`)
+    # the head equally (service/engine/scored_heads.py `restricted_head`). A name's own books
+    # are the rows of which it is the first credited or one of at most MAX_OWN_PRINCIPALS
+    # principal authors (service/engine/book_works.py; an editor's anthologies too): an author
+    # query ranks them before anthologies that only include the author
     parts: tuple[tuple[int, ...], ...] = ()
+
+    def attended(self) -> list[int]:
+        """Every book of the parts, ascending."""
+        return sorted({r for part in self.parts for r in part})
 
 
 class CatalogNames:
@@ -335,16 +337,9 @@ class CatalogNames:
                     )
                     name = f"{second} {word} {name}" if start < i else f"{name} {word} {second}"
                 intent = "about" if _asks_about(words[:start], words[stop:]) else "by"
-                owns = [self._own_rows(p, named) for p in parts]
+                own = [self._own_rows(p, named) or self._rows_of(p) for p in parts]
                 return NamedAuthor(
-                    name,
-                    tuple(sorted(rows)),
-                    intent,
-                    tuple(sorted(set().union(*owns))),
-                    tuple(
-                        tuple(sorted(own or self._rows_of(p)))
-                        for p, own in zip(parts, owns, strict=True)
-                    ),
+                    name, tuple(sorted(rows)), intent, tuple(tuple(sorted(o)) for o in own)
                 )
         return None
 

@@ -162,7 +162,7 @@ def rank_queries(
         slots = works.one_slot(row for row, _ in hits.rows[b])[:k]
         author = named[b]
         # the author head's rows, where its scores were shifted for joined authors
-        shifted = {r for p in author.parts for r in p} if author and len(author.parts) > 1 else ()
+        shifted = set(author.attended()) if author and len(author.parts) > 1 else set()
         return [
             Hit(
                 row,
@@ -218,10 +218,11 @@ def components(
         # foreword writer's): "scary stephen king novels" is King's horror before anthologies
         # of eighteen writers that include a King story; each author a query joins ("king or
         # koontz") holds an equal share of the head
-        parts = [n.parts if n is not None and n.intent == "by" else () for n in named]
-        if h == AUTHOR and any(parts):
-            by = [sorted({r for part in p for r in part}) for p in parts]
-            head, evidence = restricted_head(index, q, by, scales[h], mask, parts=parts)
+        by = [n if n is not None and n.intent == "by" else None for n in named]
+        if h == AUTHOR and any(by):
+            rows = [n.attended() if n else [] for n in by]
+            parts = [n.parts if n else () for n in by]
+            head, evidence = restricted_head(index, q, rows, scales[h], mask, parts=parts)
         out.append(Component(h, scales[h], asked, scored=head, evidence=evidence))
     return out
 

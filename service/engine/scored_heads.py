@@ -67,9 +67,9 @@ def lexical_head(
 
 
 def rows_of(counts: np.ndarray) -> np.ndarray:
-    """(Σ counts,) int64: b repeated counts[b] times, row by row (a slice filled per row:
-    np.repeat took about three times as long over the tens of millions of entries a batch's
-    lexical support holds at 1M books)."""
+    """(Σ counts,) int64: b repeated counts[b] times, for the few rows of a batch (a slice
+    filled per row, a Python step each: np.repeat took about three times as long over the tens
+    of millions of entries a batch's lexical support holds at 1M books)."""
     ends = np.cumsum(counts)
     rows = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
     start = 0
