@@ -43,5 +43,7 @@ lint: install
 # in-process tests run the CPU product the service runs. The PostgreSQL tests skip unless
 # ATTEND_TEST_POSTGRES_URL is set, the browser tests unless Debian's chromium is on PATH.
 # PYTHONFAULTHANDLER: a crash, even after the last test, prints every thread's stack.
+# `-n auto`: pytest-xdist's workers, one a core (at most 4; every test makes its own databases,
+# folders and ports, so they run side by side); `-n 0` for one process.
 test: lint
-	PYTHONFAULTHANDLER=1 OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4 $(BIN)/python -m pytest
+	PYTHONFAULTHANDLER=1 OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4 $(BIN)/python -m pytest -n auto --maxprocesses 4
