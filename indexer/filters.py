@@ -30,8 +30,10 @@ class Filters:
     exclude: frozenset[str] = frozenset()  # ids left out (the books a similar query starts from)
     subject: str | None = None  # a subject heading, whole (case, accents, punctuation aside)
     series: str | None = None  # a series, whole, as a title's marker or the row names it
-    # the catalog rows a subject or series filter keeps, where the columns hold no names (a
-    # shard's: service/cluster/shards/router.py sends them); None: the columns' `named` finds them
+    publisher: str | None = None  # a publisher, whole (case, accents, punctuation aside)
+    # the catalog rows a subject, series or publisher filter keeps, where the columns hold no
+    # names (a shard's: service/cluster/shards/router.py sends them); None: the columns' `named`
+    # finds them
     within: tuple[int, ...] | None = None
 
     @property
@@ -41,12 +43,14 @@ class Filters:
 
     @property
     def by_name(self) -> bool:
-        """Whether a subject or series filter is among these: the catalog's names answer it."""
-        return self.subject is not None or self.series is not None
+        """Whether a subject, series or publisher filter is among these: the catalog's names
+        answer it."""
+        return any(v is not None for v in (self.subject, self.series, self.publisher))
 
 
-# the rows of the books filed under a subject heading or in a series: (field, value) → rows,
-# "subject" or "series" (service/engine/catalog_names.py `CatalogNames.rows_named`)
+# the rows of the books filed under a subject heading, in a series or of a publisher: (field,
+# value) → rows, "subject", "series" or "publisher" (service/engine/catalog_names.py
+# `CatalogNames.rows_named`)
 NamedRows = Callable[[str, str], np.ndarray]
 
 
@@ -71,8 +75,9 @@ class FilterColumns:
         """`follows`: the columns of the generation before, and where each of these rows was
         there ((N,) int64, −1 for a changed book): its columns moved (and its ids' hashes), only
         the changed books' values made (the same columns as made whole). `named`: the rows of
-        a subject heading or a series (None: a shard's columns, whose filters carry their rows,
-        `Filters.within`); `offset`: the catalog row of these books' first (a shard's start)."""
+        a subject heading, a series or a publisher (None: a shard's columns, whose filters carry
+        their rows, `Filters.within`); `offset`: the catalog row of these books' first (a
+        shard's start)."""
         self.device = device
         self.size = len(books)
         self.named = named
@@ -161,18 +166,17 @@ class FilterColumns:
         return keep.to(self.device)
 
     def _named_mask(self, filters: Filters) -> Tensor:
-        """(N,) bool: the books that a subject or series filter keeps."""
+        """(N,) bool: the books that a subject, series or publisher filter keeps."""
         if filters.within is not None:
             rows = np.asarray(filters.within, np.int64) - self.offset
             rows = rows[(rows >= 0) & (rows < self.size)]
         elif self.named is not None:
             rows = np.arange(self.size)
-            if filters.subject is not None:
-                rows = np.intersect1d(rows, self.named("subject", filters.subject))
-            if filters.series is not None:
-                rows = np.intersect1d(rows, self.named("series", filters.series))
+            for field in ("subject", "series", "publisher"):
+                if (value := getattr(filters, field)) is not None:
+                    rows = np.intersect1d(rows, self.named(field, value))
         else:
-            raise ValueError("a subject or series filter needs the catalog's names or its rows")
+            raise ValueError("a filter by name needs the catalog's names or its rows")
         keep = torch.zeros(self.size, dtype=torch.bool)
         keep[torch.from_numpy(rows)] = True
         return keep

@@ -83,6 +83,10 @@ SUBJECT_FIELDS = ("subjects", "subject", "genres", "genre", "tags", "categories"
 # the metadata field of the series a book belongs to (Calibre's; a MARC record's numbered ones):
 # a string, or a list of them
 SERIES_FIELD = "series"
+# the metadata fields of the publishers of a book (Goodreads', Calibre's and the shared catalog's
+# `publisher`, a MARC record's 260/264 $b, Open Library's `publishers`): a string, a list of
+# them, or one string of several separated by `;` (a publisher's own name may hold a comma)
+PUBLISHER_FIELDS = ("publisher", "publishers")
 # the metadata fields of a book's ISBNs, in any case (a list or one value each): a reader may
 # type one in the search box (service/engine/isbn_lookup.py)
 ISBN_FIELDS = frozenset({"isbn", "isbn13", "isbn_13", "isbn10", "isbn_10", "isbns", "isbn/uid"})
@@ -102,6 +106,7 @@ class BookExtras:
     series: list[tuple[str, ...]]  # the series their rows name, () for a book without any
     isbns: list[tuple[str, ...]]  # the texts of their ISBN fields, () for a book without any
     ratings: list[float | None]  # their readers' average rating, None where not known
+    publishers: list[tuple[str, ...]]  # their publishers, () for a book without any
 
 
 def book_extras(
@@ -116,8 +121,9 @@ def book_extras(
     `SUBJECT_FIELDS` a book has: a list of strings, or one string of them separated by `;`,
     else by `,`), the readers' rating counts (the first of `RATINGS_FIELDS`: a non-negative
     integer, or its digits as text), the series (`SERIES_FIELD`: a string or a list of them),
-    the ISBNs (`ISBN_FIELDS`, each a string, an integer or a list) and the average rating (the
-    first of `AVERAGE_RATING_FIELDS`: a finite number, or its text). Field names are matched
+    the ISBNs (`ISBN_FIELDS`, each a string, an integer or a list), the average rating (the
+    first of `AVERAGE_RATING_FIELDS`: a finite number, or its text) and the publishers (the
+    first of `PUBLISHER_FIELDS`, each once). Field names are matched
     case-insensitively, a space or a hyphen read as an underscore (Goodreads' `Average
     Rating`, `ISBN-13`). `since`:
     as `book_descriptions`."""
@@ -126,22 +132,25 @@ def book_extras(
     n = len(book_ids)
     if generation is None:
         none: list[tuple[str, ...]] = [()] * n
-        return BookExtras(none, [None] * n, none, none, [None] * n)
+        return BookExtras(none, [None] * n, none, none, [None] * n, none)
     stmt = select(Book.id, Book.extra).where(_rows_of(generation, since))
     found = {book_id: _extras(extra or {}) for book_id, extra in session.execute(stmt)}
-    got = [found.get(book_id, ((), None, (), (), None)) for book_id in book_ids]
+    got = [found.get(book_id, ((), None, (), (), None, ())) for book_id in book_ids]
     return BookExtras(
         [g[0] for g in got],
         [g[1] for g in got],
         [g[2] for g in got],
         [g[3] for g in got],
         [g[4] for g in got],
+        [g[5] for g in got],
     )
 
 
 def _extras(
     extra: dict[str, Any],
-) -> tuple[tuple[str, ...], int | None, tuple[str, ...], tuple[str, ...], float | None]:
+) -> tuple[
+    tuple[str, ...], int | None, tuple[str, ...], tuple[str, ...], float | None, tuple[str, ...]
+]:
     # names as the catalog reader reads them: any case, a space or a hyphen an underscore
     named = {normal_name(k): v for k, v in extra.items() if isinstance(k, str)}
     return (
@@ -150,6 +159,7 @@ def _extras(
         _series(named),
         _isbns(named),
         _average_rating(named),
+        _publishers(named),
     )
 
 
@@ -169,6 +179,17 @@ def _series(named: dict[str, Any]) -> tuple[str, ...]:
     value = named.get(SERIES_FIELD)
     values = [value] if isinstance(value, str) else value if isinstance(value, list) else []
     return tuple(v.strip() for v in values if isinstance(v, str) and v.strip())
+
+
+def _publishers(named: dict[str, Any]) -> tuple[str, ...]:
+    for name in PUBLISHER_FIELDS:
+        value = named.get(name)
+        values = value.split(";") if isinstance(value, str) else value
+        if isinstance(values, list):
+            found = dict.fromkeys(v.strip() for v in values if isinstance(v, str) and v.strip())
+            if found:
+                return tuple(found)
+    return ()
 
 
 def _isbns(named: dict[str, Any]) -> tuple[str, ...]:

@@ -1,8 +1,8 @@
-"""Issue 48 item 1: facets weighted by attention, and the subject and series filters. A facet's
-values count the relevant books (weight at least 1% of the top's, 1,000 at most) and weigh each
-value by the Σ of those books' weights; each value's filter keeps its books; the subject and
-series filters are masks before the softmax, in one process and on shards alike. The demo
-catalog with the real model, and a small catalog on both databases."""
+"""Issue 48 item 1: facets weighted by attention, and the subject, series and publisher
+filters. A facet's values count the relevant books (weight at least 1% of the top's, 1,000 at
+most) and weigh each value by the Σ of those books' weights; each value's filter keeps its
+books; the subject, series and publisher filters are masks before the softmax, in one process
+and on shards alike. The demo catalog with the real model, and a small catalog on both databases."""
 
 from __future__ import annotations
 
@@ -29,16 +29,18 @@ from service.engine.sorting import SORT_FLOOR, SORT_POOL
 
 pytestmark = pytest.mark.model
 QUERIES = ["dragons and wizards", "machine learning", "the history of rome", "moonfall"]
-# a series by its titles' markers and by a catalog's column; a heading written two ways
+# a series by its titles' markers and by a catalog's column; a heading written two ways; a
+# publisher as one name, a list and a ";" list (the demo's own books have none)
 EXTRA: list[dict[str, object]] = [
     {"id": "moon-1", "title": "The Tide Clock (Moonfall, #1)", "authors": ["Ada Reyes"],
      "year": 2003, "description": "A moon falls toward a coastal town.",
-     "subjects": ["Children's Books", "Science Fiction"]},
+     "subjects": ["Children's Books", "Science Fiction"], "publisher": "Tideline Press"},
     {"id": "moon-2", "title": "The Salt Road (Moonfall #2)", "authors": ["Ada Reyes"],
      "year": 2005, "description": "The town walks inland as the moon falls.",
-     "subjects": ["science fiction"]},
+     "subjects": ["science fiction"], "publishers": ["Tideline Press", "Harbour House"]},
     {"id": "moon-3", "title": "Moonfall's End", "authors": ["Ada Reyes"], "year": 2011,
-     "series": "Moonfall", "description": "The last of the moon's fall."},
+     "series": "Moonfall", "description": "The last of the moon's fall.",
+     "publisher": "Harbour House; Farrar, Straus and Giroux"},
 ]  # fmt: skip
 
 
@@ -73,6 +75,9 @@ def _want(hits: list[dict[str, Any]], field: str) -> dict[str, tuple[int, float]
             values = [] if hit["language"] is None else [hit["language"]]
         elif field == "subjects":
             values = list({s.casefold().replace("'", " "): s for s in book.get("subjects", [])})
+        elif field == "publisher":
+            named = book.get("publisher", book.get("publishers", []))
+            values = [p.strip() for p in (named.split(";") if isinstance(named, str) else named)]
         else:
             values = ["moonfall"] if hit["id"].startswith("moon-") else []
         for v in values:
@@ -105,6 +110,8 @@ def test_a_value_counts_and_weighs_the_relevant_books_with_it(demo: TestClient, 
             assert sum(weights) == pytest.approx(held, rel=1e-9)
             assert held <= facet["weight"] * (1 + 1e-12)
     assert body["facets"]["subjects"]["values"] and body["facets"]["author"]["values"]
+    if query == "moonfall":
+        assert body["facets"]["publisher"]["values"]
 
 
 def test_the_size_caps_the_values_and_counts_the_rest(demo: TestClient) -> None:
@@ -133,11 +140,14 @@ def test_the_floor_and_the_pool_at_their_edges(demo: TestClient) -> None:
 
 def test_each_value_filters_to_its_books(demo: TestClient) -> None:
     catalog = _catalog()
-    body = _search(demo, q="moonfall", facets="subjects,series,author,year", facet_size=50)
+    body = _search(
+        demo, q="moonfall", facets="subjects,series,publisher,author,year", facet_size=50
+    )
     values = [v for f in body["facets"].values() for v in f["values"]]
     # as the catalog first writes it: the demo's rows come before EXTRA's "Children's Books"
     assert {"subject": "children's books"} in [v["filter"] for v in values]
     assert {"series": "Moonfall"} in [v["filter"] for v in values]
+    assert {"publisher": "Farrar, Straus and Giroux"} in [v["filter"] for v in values]
     for value in values:
         kept = _search(demo, q="moonfall", k=100, **value["filter"])
         assert kept["matched"] >= value["count"]
@@ -149,6 +159,8 @@ def test_each_value_filters_to_its_books(demo: TestClient) -> None:
                     assert wanted.casefold().replace("'", " ") in folded
                 elif name == "series":
                     assert hit["id"].startswith("moon-")
+                elif name == "publisher":
+                    assert wanted in _want([hit], "publisher")
                 elif name == "author":
                     assert any(wanted.casefold() in a.casefold() for a in hit["authors"])
                 else:
@@ -188,6 +200,8 @@ def test_bad_facets_are_422_naming_the_problem(demo: TestClient) -> None:
         ({"facets": "author", "facet_size": 0}, "facet_size"),
         ({"facets": "author", "facet_size": 51}, "facet_size"),
         ({"subject": ""}, "subject"),
+        ({"publisher": ""}, "publisher"),
+        ({"publisher": "x" * 201}, "publisher"),
     ]:
         r = demo.get("/search", params={"q": "dragons", **params})
         assert r.status_code == 422 and words in r.text, (params, r.text)
@@ -234,8 +248,13 @@ def test_the_name_filters_on_shards_answer_as_one_process(demo: TestClient, shar
         descriptions=descriptions,
         subjects=extras.subjects,
         series=extras.series,
+        publishers=extras.publishers,
     )
-    for params in ({"subject": "science fiction"}, {"series": "Moonfall", "year_min": 2004}):
+    for params in (
+        {"subject": "science fiction"},
+        {"series": "Moonfall", "year_min": 2004},
+        {"publisher": "harbour house"},
+    ):
         options = PageAndFilters(k=10, **params).options()  # type: ignore[arg-type]
         want = searcher.search_now(["the moon falls"], options)[0]
         searcher.index, local = router, searcher.index
@@ -260,3 +279,32 @@ def test_a_subject_filter_on_both_databases(engine: Engine, tmp_path: Path) -> N
         assert body["matched"] == 2 and {h["id"] for h in body["results"]} == {"a", "b"}
         values = {v["value"]: v["count"] for v in body["facets"]["subjects"]["values"]}
         assert values == {"Hydrology": 2, "Lakes": 1}
+
+
+def test_a_publisher_filter_is_the_whole_name_case_and_accents_aside(demo: TestClient) -> None:
+    """A publisher as a name, a list or a ";" list; whole, not a part; beside another filter."""
+    for written in ("Tideline Press", "TIDELINE PRESS", "Tídeline Préss"):
+        body = _search(demo, q="the moon", publisher=written, k=100)
+        assert {h["id"] for h in body["results"]} == {"moon-1", "moon-2"} and body["matched"] == 2
+    harbour = _search(demo, q="the moon", publisher="harbour house", k=100)
+    assert {h["id"] for h in harbour["results"]} == {"moon-2", "moon-3"}
+    giroux = _search(demo, q="the moon", publisher="farrar straus and giroux")
+    assert [h["id"] for h in giroux["results"]] == ["moon-3"]  # a comma is no separator
+    assert _search(demo, q="the moon", publisher="Tideline")["matched"] == 0
+    both = _search(demo, q="the moon", publisher="Harbour House", series="Moonfall", year_max=2008)
+    assert [h["id"] for h in both["results"]] == ["moon-2"]
+
+
+def test_a_publisher_facet_and_filter_on_both_databases(engine: Engine, tmp_path: Path) -> None:
+    books: list[dict[str, object]] = [
+        {"id": "a", "title": "Rivers", "description": "water", "publisher": "Penguin Books"},
+        {"id": "b", "title": "Lakes", "description": "water", "publishers": ["penguin books"]},
+        {"id": "c", "title": "Seas", "description": "water", "publisher": "Vintage"},
+        {"id": "d", "title": "Ponds", "description": "water"},
+    ]
+    with serve_books(engine, tmp_path, books) as client:
+        body = _search(client, q="water", facets="publisher")
+        values = {v["value"]: v["count"] for v in body["facets"]["publisher"]["values"]}
+        assert values == {"Penguin Books": 2, "Vintage": 1}
+        kept = _search(client, q="water", publisher="PENGUIN BOOKS")
+        assert kept["matched"] == 2 and {h["id"] for h in kept["results"]} == {"a", "b"}

@@ -80,6 +80,8 @@ def assert_same(a: ServedIndex, b: ServedIndex) -> None:
         assert a.names.works.editions(row) == b.names.works.editions(row)
         assert a.row_of(a.books.ids[row]) == b.row_of(a.books.ids[row]) == row
     assert a.names.principal == b.names.principal
+    assert a.names.rows.publishers == b.names.rows.publishers
+    assert a.names.rows.written == b.names.rows.written
     for query in NAMED:
         assert a.names.recognise(query, a.lexical.knows, a.lexical.holding) == b.names.recognise(
             query, b.lexical.knows, b.lexical.holding
@@ -123,6 +125,21 @@ def test_the_readers_prior_comes_back_from_the_form(engine: Engine, tmp_path: Pa
     built, read = _load(engine, forms), _load(engine, forms)
     assert built.readers is not None
     assert_same(built, read)
+
+
+def test_the_publishers_come_back_from_the_form(engine: Engine, tmp_path: Path) -> None:
+    books = [
+        {"id": "a", "title": "Rivers", "authors": ["A. Writer"], "publisher": "Penguin Books"},
+        {"id": "b", "title": "Lakes", "authors": ["A. Writer"], "publishers": ["Vintage", "Ácme"]},
+        {"id": "c", "title": "Seas", "authors": ["A. Writer"]},
+    ]
+    index_file(engine, write_jsonl(tmp_path / "books.jsonl", books))
+    forms = tmp_path / "forms"
+    built, read = _load(engine, forms), _load(engine, forms)
+    assert read.names.rows.publishers == [("penguin books",), ("vintage", "acme"), ()]
+    assert_same(built, read)
+    mask = read.filters.mask(Filters(publisher="ACME"))
+    assert mask is not None and mask.tolist() == [False, True, False]
 
 
 def test_the_app_answers_alike_from_the_form_and_from_the_database(

@@ -1,8 +1,8 @@
 """A swap moves the previous generation's served index by the diff (service/engine/served_index.py
 `follows`): the changed books' names folded, their descriptions and headings read, everything
 else moved. What it serves equals, book by book, what a served index built whole from the new
-generation serves: authors, principal authors, works, series, subject headings, the surnames
-that are words, the readers' prior and both BM25 indexes. Real SQLite and PostgreSQL."""
+generation serves: authors, principal authors, works, series, subject headings, publishers, the
+surnames that are words, the readers' prior and both BM25 indexes. Real SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -52,9 +52,17 @@ def _first() -> list[dict[str, Any]]:
             "A provincial town." + LONG,
             subjects=["Classics", "Victorian"],
             ratings_count=50,
+            publisher="Blackwood",
         ),
         _book("tales", "Tales", ["Editor A", "George Eliot"], "Stories of the shires."),
-        _book("adam", "Adam Bede", ["George Eliot"], "A carpenter.", subjects=["Victorian"]),
+        _book(
+            "adam",
+            "Adam Bede",
+            ["George Eliot"],
+            "A carpenter.",
+            subjects=["Victorian"],
+            publishers=["Blackwood", "Harper"],
+        ),
     ]
 
 
@@ -69,6 +77,9 @@ def _second(books: list[dict[str, Any]]) -> list[dict[str, Any]]:
             b["authors"] = ["Editor B"]
         if b["id"] == "dune-1":
             b["subjects"] = ["Science Fiction", "Classics"]
+            b["publisher"] = "Chilton; Ace"
+        if b["id"] == "adam":
+            b["publishers"] = ["Harper"]
         if b["id"] == "fang":
             b["ratings_count"] = 7
             b["year"] = 1906
@@ -114,7 +125,11 @@ def _by_book(served: ServedIndex) -> dict[str, tuple[Any, ...]]:
             [names.written(key) for key in names.rows.authors[r]],
             names.rows.series[r],
             names.rows.subjects[r],
-            [names.rows.written[k] for k in (*names.rows.subjects[r], *names.rows.series[r])],
+            names.rows.publishers[r],
+            [
+                names.rows.written[k]
+                for k in (*names.rows.subjects[r], *names.rows.series[r], *names.rows.publishers[r])
+            ],
             tuple(names.rows.work_keys[r].tolist()),
             names.principal[r],
             {ids[m] for m in names.author_mates(r)},
@@ -133,6 +148,8 @@ FILTERS = [
     Filters(language="fr"),
     Filters(author="eliot"),
     Filters(author="editor b"),
+    Filters(publisher="harper"),
+    Filters(publisher="Blackwood", subject="victorian"),
 ]
 
 
@@ -176,6 +193,10 @@ def test_a_swap_moves_the_names_as_a_whole_build_makes_them(engine: Engine, tmp_
     assert swapped.names.author_mates(row("tales")) == []  # Eliot's no more
     assert np.isnan(swapped.rating_counts[row("call")])
     assert swapped.rating_counts[row("fang")] == 7
+    harper = swapped.filters.mask(Filters(publisher="Harper"))
+    assert harper is not None
+    assert [swapped.books.ids[r] for r in harper.nonzero().flatten().tolist()] == ["adam"]
+    assert swapped.names.rows.publishers[row("dune-1")] == ("chilton", "ace")
     by_1900 = swapped.filters.mask(Filters(year_min=1900))
     assert by_1900 is not None and by_1900[row("fang")] and not by_1900[row("call")]
 

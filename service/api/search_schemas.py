@@ -132,6 +132,14 @@ class PageAndFilters(BaseModel):
         'a `series` facet value, the series of a title\'s "(Discworld, #4)" marker or of a '
         "catalog's series column.",
     )
+    publisher: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="Keep books of this publisher, whole (case, accents and punctuation aside): "
+        "a `publisher` facet value, or a publisher as the catalog's `publisher` or "
+        "`publishers` field writes it.",
+    )
     facets: Annotated[str, AfterValidator(_facet_names)] | None = Field(
         None,
         max_length=200,
@@ -182,6 +190,7 @@ class PageAndFilters(BaseModel):
                 self.language,
                 subject=self.subject,
                 series=self.series,
+                publisher=self.publisher,
             ),
             heads=parse_heads(self.heads) if self.heads else None,
             sort=self.sort,
@@ -337,7 +346,7 @@ class AuthorNamedOut(BaseModel):
 class FacetValueOut(BaseModel):
     value: str = Field(
         description="An author as the catalog writes the name, a decade (`1990s`), a language "
-        "code, a subject heading or a series (those two folded: lower case, no accents)."
+        "code, or a subject heading, a series or a publisher as the catalog first writes it."
     )
     count: int = Field(description="The relevant books with this value.")
     weight: float = Field(
@@ -352,8 +361,8 @@ class FacetOut(BaseModel):
     books: int = Field(description="The relevant books the facet counts.")
     weight: float = Field(
         description="Σ of their weights. A book's decade and language are one value each, so "
-        "their values' weights sum to this at most; a book with several authors, headings or "
-        "series counts under each."
+        "their values' weights sum to this at most; a book with several authors, headings, "
+        "series or publishers counts under each."
     )
     values: list[FacetValueOut] = Field(description="The heaviest first, `facet_size` at most.")
     more: int = Field(description="Values left out.")

@@ -153,7 +153,7 @@ class CatalogNames:
             like_this_text(title, descriptions[i] if descriptions else None)
             for i, title in enumerate(titles)
         ]
-        rows = NameRows.of(titles, authors, descriptions, subjects, series)
+        rows = NameRows.of(titles, authors, descriptions, subjects=subjects, series=series)
         return cls(rows, LikeThisIndex(texts).word_rows, authors)
 
     # ---- as arrays (service/engine/served_form.py): each row's names, the works and the
@@ -267,15 +267,16 @@ class CatalogNames:
     # ---- the filters by name (indexer/filters.py `Filters.subject`, `Filters.series`)
 
     def rows_named(self, field: str, value: str) -> np.ndarray:
-        """(R,) int64 sorted: the rows filed under the subject heading `value` ("subject") or
-        in the series `value` ("series"), whole names folded as the catalog's are. A heading is
-        found by a pass over the rows (the filter columns cache the masks it makes)."""
+        """(R,) int64 sorted: the rows filed under the subject heading `value` ("subject"), in
+        the series `value` ("series") or of the publisher `value` ("publisher"), whole names
+        folded as the catalog's are. A heading or a publisher is found by a pass over the rows
+        (the filter columns cache the masks it makes)."""
         key = " ".join(fold(value))
         if field == "series":
             return np.asarray(self._series_rows.get(key, []), np.int64)
-        if field == "subject":
-            held = (r for r, headings in enumerate(self.rows.subjects) if key in headings)
-            return np.fromiter(held, np.int64)
+        if field in ("subject", "publisher"):
+            column = self.rows.subjects if field == "subject" else self.rows.publishers
+            return np.fromiter((r for r, names in enumerate(column) if key in names), np.int64)
         raise ValueError(f"no names of {field!r}")
 
     # ---- a book's mates

@@ -1,13 +1,14 @@
-"""A search's facets: where its attention goes, by author, decade, language, subject heading
-and series (`facets=author,year,…`).
+"""A search's facets: where its attention goes, by author, decade, language, subject heading,
+series and publisher (`facets=author,year,…`).
 
 A facet counts the relevant books (service/engine/sorting.py `relevant_hits`: the matched books
 whose weight is at least SORT_FLOOR of the top book's, the first SORT_POOL by weight; a work
 once, as the ranking shows it, at its best edition's weight) and weighs each value by the share
 of the query's attention that falls on those of them with the value: the Σ of their weights. A
 book's year (by decade) and language are one value each, so those values sum to at most the
-facet's own `weight`; a book with several authors, headings or series counts under each of
-them. Each value carries the query parameters that filter on it, so a page can make it a link.
+facet's own `weight`; a book with several authors, headings, series or publishers counts under
+each of them. Each value carries the query parameters that filter on it, so a page can make it
+a link.
 Facets read the ranked hits only, never the catalog.
 """
 
@@ -22,7 +23,10 @@ from service.engine.results import Facet, FacetValue
 from service.engine.served_index import ServedIndex
 from service.engine.sorting import relevant_hits
 
-FACETS = ("author", "year", "language", "subjects", "series")
+FACETS = ("author", "year", "language", "subjects", "series", "publisher")
+# the facets whose values are folded names of the catalog's (service/engine/name_rows.py), and
+# the filter that keeps a value's books
+_NAMED = {"subjects": "subject", "series": "series", "publisher": "publisher"}
 FACET_VALUES = 10  # values a facet lists by default, the heaviest
 MAX_FACET_VALUES = 50
 
@@ -65,6 +69,8 @@ def _keys(index: ServedIndex, field: str, row: int) -> Iterable[Hashable]:
         return index.names.rows.subjects[row]
     if field == "series":
         return index.names.rows.series[row]
+    if field == "publisher":
+        return index.names.rows.publishers[row]
     raise ValueError(f"no facet {field!r}; facets: {', '.join(FACETS)}")
 
 
@@ -78,4 +84,4 @@ def _shown(index: ServedIndex, field: str, key: Any) -> tuple[str, dict[str, str
     if field == "language":
         return key, {"language": key}
     name = index.names.rows.written.get(key, key)  # as the catalog first writes it
-    return name, {"subject" if field == "subjects" else "series": name}
+    return name, {_NAMED[field]: name}

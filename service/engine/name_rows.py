@@ -4,13 +4,13 @@
 A row's authors (whole names, folded: case, accents, punctuation, so "J.R.R. Tolkien" and
 "J. R. R. Tolkien" are one), its series (the key of its title's "(Series, #n)" marker, and the
 series its catalog row names: Calibre's `series`, a MARC record's numbered series), its
-subject headings (folded) and the keys of its work (service/engine/book_works.py: its folded
-title, and its description when long, each with its first author) are each a fact of the row
-alone. So a swap folds the changed books only and moves the other rows' facts (`following`):
-O(changed) text work and O(N) moves of references, where folding every title, description and
-name again was most of a swap. What needs the whole catalog (principal authors, works, which
-surnames are words, which headings are too common to tell books apart) is made from these
-facts by `CatalogNames`.
+subject headings and its publishers (folded) and the keys of its work
+(service/engine/book_works.py: its folded title, and its description when long, each with its
+first author) are each a fact of the row alone. So a swap folds the changed books only and
+moves the other rows' facts (`following`): O(changed) text work and O(N) moves of references,
+where folding every title, description and name again was most of a swap. What needs the
+whole catalog (principal authors, works, which surnames are words, which headings are too
+common to tell books apart) is made from these facts by `CatalogNames`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -41,6 +41,7 @@ ARTICLES = frozenset({"the", "a", "an"})  # a title's leading article, a word be
 MIN_SHARED_DESCRIPTION = 80  # characters: a blurb that long, word for word, is one edition's
 
 AuthorKey = tuple[str, ...]  # a name's folded words
+NAMED_COLUMNS = ("series", "subjects", "publishers")  # the columns of folded names
 T = TypeVar("T")
 
 
@@ -118,13 +119,15 @@ def _digest(*parts: str) -> int:
 
 @dataclass(frozen=True)
 class NameRows:
-    """Each row's authors, series, subject headings and work keys."""
+    """Each row's authors, series, subject headings, publishers and work keys."""
 
     authors: list[tuple[AuthorKey, ...]]  # distinct within a row, in credit order
     series: list[tuple[str, ...]]
     subjects: list[tuple[str, ...]]  # every heading, folded, distinct within a row
+    publishers: list[tuple[str, ...]]  # folded as the headings, distinct within a row
     work_keys: np.ndarray  # (N, 2) int64: `work_keys` of each row
-    # a heading's or series' key → the name as the catalog first wrote it (what a facet shows):
+    # a heading's, series' or publisher's key → the name as the catalog first wrote it (what a
+    # facet shows):
     # a table of the distinct names, kept across swaps (a name no row holds any more is shown
     # by nothing)
     written: dict[str, str]
@@ -135,11 +138,13 @@ class NameRows:
         titles: Sequence[str],
         authors: Sequence[Sequence[str]],
         descriptions: Sequence[str | None] | None = None,
+        *,
         subjects: Sequence[Sequence[str]] | None = None,
         series: Sequence[Sequence[str]] | None = None,
+        publishers: Sequence[Sequence[str]] | None = None,
     ) -> NameRows:
-        """The facts of books given column by column (descriptions, subjects and the series
-        rows name: None where the catalog has none)."""
+        """The facts of books given column by column (descriptions, subjects, the series rows
+        name and publishers: None where the catalog has none)."""
         row_authors: list[tuple[AuthorKey, ...]] = []
         # one tuple object per distinct name and per distinct tuple of a row's names: each
         # row's own folded copies cost ~340 bytes a book (32 MiB at 100,000 books)
@@ -158,14 +163,8 @@ class NameRows:
         named = series or [()] * len(titles)
         row_keys_of = (row_series(t, n, written) for t, n in zip(titles, named, strict=True))
         series_rows = [one_series.setdefault(k, k) for k in row_keys_of]
-        headings: list[tuple[str, ...]] = []
-        for heads in subjects or [()] * len(titles):
-            folded: dict[str, None] = {}
-            for h in heads:
-                if heading := " ".join(fold(h)):
-                    folded[heading] = None
-                    written.setdefault(heading, h.strip())
-            headings.append(tuple(folded))
+        headings = _folded_names(subjects or [()] * len(titles), written)
+        publisher_rows = _folded_names(publishers or [()] * len(titles), written)
         work = np.array(
             [
                 work_keys(title, descriptions[row] if descriptions else None, by[0] if by else None)
@@ -173,7 +172,7 @@ class NameRows:
             ],
             np.int64,
         ).reshape(len(titles), 2)
-        return cls(row_authors, series_rows, headings, work, written)
+        return cls(row_authors, series_rows, headings, publisher_rows, work, written)
 
     def __len__(self) -> int:
         return len(self.authors)
@@ -190,6 +189,7 @@ class NameRows:
             authors,
             moved(self.series, moves, changed.series),
             moved(self.subjects, moves, changed.subjects),
+            moved(self.publishers, moves, changed.publishers),
             keys,
             {**changed.written, **self.written},
         )
@@ -203,7 +203,7 @@ class NameRows:
         rows = [[number.setdefault(k, len(number)) for k in keys] for keys in self.authors]
         out |= text_arrays("authors", [" ".join(key) for key in number])
         out |= lists_arrays("row_authors", rows)
-        for name, column in (("series", self.series), ("subjects", self.subjects)):
+        for name, column in self._named_columns():
             table: dict[str, int] = {}
             rows = [[table.setdefault(k, len(table)) for k in keys] for keys in column]
             out |= text_arrays(name, list(table)) | lists_arrays(f"row_{name}", rows)
@@ -216,18 +216,41 @@ class NameRows:
         together."""
         authors = [tuple(key.split(" ")) for key in text_of_arrays(arrays, "authors")]
         row_authors = _rows_of(authors, lists_of(arrays, "row_authors", len(authors)))
-        series, subjects = (
+        series, subjects, publishers = (
             _rows_of(table, lists_of(arrays, f"row_{name}", len(table)))
-            for name in ("series", "subjects")
+            for name in NAMED_COLUMNS
             for table in [list(text_of_arrays(arrays, name))]
         )
         keys = np.asarray(arrays["work_keys"], np.int64)
-        lengths = {len(row_authors), len(series), len(subjects)}
+        lengths = {len(row_authors), len(series), len(subjects), len(publishers)}
         if keys.ndim != 2 or keys.shape[1] != 2 or lengths != {len(keys)}:
             raise ValueError("the books' names in columns of other lengths")
         keyed = text_of_arrays(arrays, "written_keys")
         written = dict(zip(keyed, text_of_arrays(arrays, "written"), strict=True))
-        return cls(row_authors, series, subjects, keys, written)
+        return cls(row_authors, series, subjects, publishers, keys, written)
+
+    def _named_columns(self) -> Iterator[tuple[str, list[tuple[str, ...]]]]:
+        """The columns of folded names, by their name in the arrays (NAMED_COLUMNS)."""
+        return zip(NAMED_COLUMNS, (self.series, self.subjects, self.publishers), strict=True)
+
+
+def _folded_names(
+    values: Sequence[Sequence[str]], written: dict[str, str]
+) -> list[tuple[str, ...]]:
+    """Each row's names folded (a heading's or a publisher's), each once in a row; `written`
+    keeps each key's name as first written. One tuple object per distinct row of names (a
+    publisher's thousands of books share one)."""
+    rows: list[tuple[str, ...]] = []
+    one: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for names in values:
+        folded: dict[str, None] = {}
+        for name in names:
+            if key := " ".join(fold(name)):
+                folded[key] = None
+                written.setdefault(key, name.strip())
+        row = tuple(folded)
+        rows.append(one.setdefault(row, row))
+    return rows
 
 
 def _rows_of(table: Sequence[T], rows: list[tuple[int, ...]]) -> list[tuple[T, ...]]:

@@ -45,8 +45,9 @@ logger = logging.getLogger(__name__)
 
 # the layout of the files (3: CJK as bigrams in the postings; 4: the series rows name beside
 # their titles'; 5: the books' ISBNs; 6: their average ratings; 7: headings and series as
-# written; 8: the boilerplate sentences, left out of the postings); another is built again
-FORMAT = 8
+# written; 8: the boilerplate sentences, left out of the postings; 9: the publishers); another
+# is built again
+FORMAT = 9
 MANIFEST = "manifest.json"
 ABANDONED_S = 3600.0  # a folder being written this long ago was left by a crash
 _NAME = re.compile(r"[a-z_]+(\.[a-z_]+)*")  # an array's name: "keys.title", "lexical.indptr"

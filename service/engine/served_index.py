@@ -161,12 +161,13 @@ class ServedIndex:
         rating_counts: Sequence[int | None] | None = None,
         isbns: Sequence[Sequence[str]] | None = None,
         ratings: Sequence[float | None] | None = None,
+        publishers: Sequence[Sequence[str]] | None = None,
         follows: tuple[ServedIndex, RowMoves] | None = None,
         boilerplate: Boilerplate | None = None,
     ):
         """`descriptions`, `subjects`, `series` (those a row names, beside its title's
         marker), `rating_counts`, `isbns` (the texts of their metadata ISBN fields), `ratings`
-        (their average ratings): the books' (None: none has one), or
+        (their average ratings), `publishers`: the books' (None: none has one), or
         with `follows`, the changed books' only, in `moves.changed` order. `follows`: the
         served index of the generation before and how its rows moved to these: its BM25
         indexes, names and rating counts are then moved, the changed rows' made from their
@@ -190,7 +191,12 @@ class ServedIndex:
             self.lexical = lexical_index(index.books, read)
             self.like_this = like_this_index(index.books, read)
             rows = NameRows.of(
-                index.books.titles, index.books.authors, descriptions, subjects, series
+                index.books.titles,
+                index.books.authors,
+                descriptions,
+                subjects=subjects,
+                series=series,
+                publishers=publishers,
             )
             self.rating_counts = known_or_nan(rating_counts, len(index))
             self.isbns = IsbnRows.of(index.books.ids, isbns)
@@ -206,7 +212,14 @@ class ServedIndex:
             )
             rows = previous.names.rows.following(
                 moves,
-                NameRows.of(changed.titles, changed.authors, descriptions, subjects, series),
+                NameRows.of(
+                    changed.titles,
+                    changed.authors,
+                    descriptions,
+                    subjects=subjects,
+                    series=series,
+                    publishers=publishers,
+                ),
             )
             self.rating_counts = previous.rating_counts[moves.sources.clip(0)]
             self.rating_counts[moves.changed] = known_or_nan(rating_counts, len(changed))
@@ -290,6 +303,7 @@ class ServedIndex:
         rating_counts: Sequence[int | None] | None = None,
         isbns: Sequence[Sequence[str]] | None = None,
         ratings: Sequence[float | None] | None = None,
+        publishers: Sequence[Sequence[str]] | None = None,
     ) -> ServedIndex:
         """The index with its keys on this process's device (`pick_device(device)`), as
         service/engine/startup.py `LocalPlacement` places them (tests and benchmarks)."""
@@ -305,6 +319,7 @@ class ServedIndex:
             rating_counts=rating_counts,
             isbns=isbns,
             ratings=ratings,
+            publishers=publishers,
         )
 
     def __len__(self) -> int:

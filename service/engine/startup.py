@@ -149,6 +149,7 @@ def build_served(
         isbns=extras.isbns,
         ratings=extras.ratings,
         rating_counts=extras.rating_counts,
+        publishers=extras.publishers,
         follows=moves,
         boilerplate=boilerplate,
     )

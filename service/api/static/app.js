@@ -7,8 +7,8 @@ let lastQuery = "";
 
 // A search is its state: the query, the filters, the order and the page. It lives in the URL,
 // so a search can be shared and the browser's back and forward buttons walk through them.
-const FILTERS = ["author", "year_min", "year_max", "language", "subject", "series"];
-const FACETS = { subjects: "Subjects", author: "Authors", year: "Decades", series: "Series", language: "Languages" };
+const FILTERS = ["author", "year_min", "year_max", "language", "subject", "series", "publisher"];
+const FACETS = { subjects: "Subjects", author: "Authors", year: "Decades", series: "Series", publisher: "Publishers", language: "Languages" };
 const PAGE = 10;
 const MAX_OFFSET = 1000; // the API's
 let state = { q: "", sort: "", offset: 0, filters: {} };

@@ -86,8 +86,9 @@ class ShardedDenseHeads:
 
 
 def by_rows(filters: Sequence[Filters], mask: Tensor | None) -> list[Filters]:
-    """`filters`, a subject or series filter with the rows the mask keeps (`Filters.within`):
-    the shards hold no names to find them by. `mask`: (N,) or (B, N), the served index's."""
+    """`filters`, a filter by name (subject, series, publisher) with the rows the mask keeps
+    (`Filters.within`): the shards hold no names to find them by. `mask`: (N,) or (B, N), the
+    served index's."""
     out = list(filters)
     for b, f in enumerate(filters):
         if f.by_name and f.within is None and mask is not None:
