@@ -1,8 +1,10 @@
 """Issue 48 item 3: single-book writes on the admin API. PUT /admin/books/{id} writes one book
 and POST /admin/books a batch, each a generation of its own with every other book kept, the book
 checked as a catalog row first (a 422 naming its problems); DELETE /admin/books/{id} removes one
-at once; each needs the admin token, and a write waits for a running job (409). On both
-databases, the written books searchable when the job succeeds."""
+at once; each needs the admin token. A write while a job runs joins the one queued write job,
+which writes every book it gathered (up to MAX_QUEUED_BOOKS) when the running job ends; a delete
+or a re-index waits (409). On both databases, the written books searchable when the job
+succeeds."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from sqlalchemy import Engine
 from conftest import FakeEncoder, finished_job, index_books
 from service.api.main import create_app
 from service.config.settings import ServiceSettings
+from service.engine.reindex_jobs import MAX_QUEUED_BOOKS, ReindexJobs
 
 TOKEN = "books-admin-token-0123456"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -113,7 +116,7 @@ def test_a_delete_is_at_once_and_an_unknown_id_a_404(admin: tuple[TestClient, Ga
     assert client.delete("/admin/books/emma", headers=AUTH).status_code == 404
 
 
-def test_every_write_needs_the_token_and_waits_for_a_running_job(
+def test_every_write_needs_the_token_and_a_delete_waits_for_a_running_job(
     admin: tuple[TestClient, Gated],
 ) -> None:
     client, encoder = admin
@@ -126,8 +129,77 @@ def test_every_write_needs_the_token_and_waits_for_a_running_job(
         assert getattr(client, method)(path, **kwargs).status_code == 401
     r = client.put("/admin/books/slow", json={"title": "GATED"}, headers=AUTH)
     assert r.status_code == 202 and encoder.waiting.wait(30)
-    assert client.put("/admin/books/y", json={"title": "Y"}, headers=AUTH).status_code == 409
     assert client.delete("/admin/books/dune", headers=AUTH).status_code == 409
+    queued = client.put("/admin/books/y", json={"title": "Y"}, headers=AUTH)
+    assert queued.status_code == 202 and queued.json()["state"] == "queued"
+    assert client.delete("/admin/books/dune", headers=AUTH).status_code == 409  # queued: waits
     encoder.gate.set()
     assert finished_job(client, r.json()["id"], AUTH)["state"] == "succeeded"
+    assert finished_job(client, queued.json()["id"], AUTH)["state"] == "succeeded"
     assert client.delete("/admin/books/dune", headers=AUTH).status_code == 200
+
+
+def test_writes_while_a_job_runs_are_one_queued_generation(
+    admin: tuple[TestClient, Gated],
+) -> None:
+    client, encoder = admin
+    before = client.get("/healthz").json()["generation"]
+    slow = client.put("/admin/books/slow", json={"title": "GATED"}, headers=AUTH)
+    assert slow.status_code == 202 and encoder.waiting.wait(30)
+    writes = [
+        client.put("/admin/books/y", json={"title": "Y", "description": "first"}, headers=AUTH),
+        client.put("/admin/books/z", json={"title": "Z"}, headers=AUTH),
+        client.post(
+            "/admin/books",
+            json={"books": [{"id": "w", "title": "W"}, {"id": "y", "title": "Y again"}]},
+            headers=AUTH,
+        ),
+    ]
+    assert all(w.status_code == 202 for w in writes), [w.text for w in writes]
+    assert len({w.json()["id"] for w in writes}) == 1  # one job
+    assert all(w.json()["state"] == "queued" for w in writes)
+    catalog = {"catalog": ("books.jsonl", b'{"id": "n", "title": "N"}\n')}
+    reindex = client.post("/admin/reindex", files=catalog, headers=AUTH)
+    assert reindex.status_code == 409, reindex.text
+    encoder.gate.set()
+    job = finished_job(client, writes[0].json()["id"], AUTH)
+    assert job["state"] == "succeeded", job
+    assert (job["report"]["added"], job["report"]["generation"]) == (3, before + 2)
+    assert client.get("/books/y").json()["title"] == "Y again"  # the later write
+    assert client.get("/healthz").json()["catalog_size"] == 6  # 2 + slow, y, z, w
+
+
+def test_a_queued_job_holds_at_most_its_books(admin: tuple[TestClient, Gated]) -> None:
+    client, encoder = admin
+    slow = client.put("/admin/books/slow", json={"title": "GATED"}, headers=AUTH)
+    assert slow.status_code == 202 and encoder.waiting.wait(30)
+    books = [{"id": f"q{i}", "title": f"Q {i}"} for i in range(MAX_QUEUED_BOOKS - 1)]
+    full = client.post("/admin/books", json={"books": books}, headers=AUTH)
+    assert full.status_code == 202, full.text
+    last = client.put("/admin/books/last", json={"title": "Last"}, headers=AUTH)
+    assert last.status_code == 202 and last.json()["id"] == full.json()["id"]  # the cap's book
+    assert client.put("/admin/books/over", json={"title": "O"}, headers=AUTH).status_code == 409
+    again = client.put("/admin/books/q0", json={"title": "Q zero"}, headers=AUTH)  # no new book
+    assert again.status_code == 202 and again.json()["id"] == full.json()["id"]
+    encoder.gate.set()
+    job = finished_job(client, full.json()["id"], AUTH)
+    assert job["state"] == "succeeded" and job["report"]["added"] == MAX_QUEUED_BOOKS
+    assert client.get("/books/q0").json()["title"] == "Q zero"
+    assert client.get("/books/over").status_code == 404
+
+
+def test_a_queued_job_never_starts_once_the_service_stops(
+    admin: tuple[TestClient, Gated],
+) -> None:
+    client, encoder = admin
+    slow = client.put("/admin/books/slow", json={"title": "GATED"}, headers=AUTH)
+    assert slow.status_code == 202 and encoder.waiting.wait(30)
+    queued = client.put("/admin/books/y", json={"title": "Y"}, headers=AUTH).json()
+    jobs: ReindexJobs = client.app.state.jobs  # type: ignore[attr-defined]
+    threading.Timer(0.3, encoder.gate.set).start()  # the running job ends while close waits
+    jobs.close(timeout=30)  # what the service's shutdown calls
+    assert finished_job(client, slow.json()["id"], AUTH)["state"] == "succeeded"
+    job = client.get(f"/admin/jobs/{queued['id']}", headers=AUTH).json()
+    assert job["state"] == "failed" and "write the books again" in job["error"]
+    assert jobs.busy() is None
+    assert client.get("/books/y").status_code == 404

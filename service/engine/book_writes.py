@@ -5,14 +5,13 @@ indexer/generations.py), searchable once the service swaps it in (the job's succ
 A put or a post is a re-index job over the books given, as one JSONL file, that keeps every
 other book (`keep_missing`): each book is checked first as a catalog row is (the same fields,
 the same limits: indexer/catalog/rows.py), so a bad one is a 422 naming its problems, not a
-failed job. A delete is a generation without the book, made at once (indexer/deletion.py), not
-while a job runs.
+failed job. Writes that come while a job runs join one queued job, which writes them together
+when that job ends. A delete is a generation without the book, made at once
+(indexer/deletion.py), not while a job runs or is queued.
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,15 +24,17 @@ from service.engine.exceptions import (
     JobRunningError,
     WriterBusyError,
 )
-from service.engine.reindex_jobs import QUEUED, RUNNING, Job, ReindexJobs
+from service.engine.reindex_jobs import MAX_QUEUED_BOOKS, Job, ReindexJobs
 
-MAX_BOOKS = 1000  # books one POST /admin/books may write
+MAX_BOOKS = MAX_QUEUED_BOOKS  # books one POST /admin/books may write: a queued job's at most
 
 
 def write_books(jobs: ReindexJobs, books: Sequence[dict[str, Any]], *, name: str) -> Job:
-    """A job writing `books` (each a catalog row with an id), the others kept. Raises
-    BadCatalogRequestError naming every bad book's problems, JobRunningError while a job runs.
-    Call it off the event loop (it writes a file)."""
+    """A job writing `books` (each a catalog row with an id), the others kept: started now, or
+    queued after the running job with the other writes that came meanwhile
+    (service/engine/reindex_jobs.py). Raises BadCatalogRequestError naming every bad book's
+    problems, JobRunningError when the queued job is full. Call it off the event loop (it
+    writes a file)."""
     problems = []
     seen: set[str] = set()
     for i, book in enumerate(books, start=1):
@@ -49,25 +50,15 @@ def write_books(jobs: ReindexJobs, books: Sequence[dict[str, Any]], *, name: str
         seen.add(parsed.record.id)
     if problems:
         raise BadCatalogRequestError("; ".join(problems[:20]))
-    f = tempfile.TemporaryFile()  # noqa: SIM115  # the job closes it, which deletes it
-    try:
-        for book in books:
-            f.write(json.dumps(book, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n")
-        f.seek(0)
-        return jobs.submit_upload(
-            f, name=name, keep_missing=True, skip_invalid=False, allow_mass_delete=False
-        )
-    except BaseException:
-        f.close()
-        raise
+    return jobs.submit_books(books, name=name)
 
 
 def delete_book(jobs: ReindexJobs, book_id: str) -> DeleteReport:
     """A generation without `book_id`, active at once and swapped in; BookNotFoundError when
-    the index does not hold it, JobRunningError while a job runs."""
-    last = jobs.last()
-    if last is not None and last.state in (QUEUED, RUNNING):
-        raise JobRunningError(last.id)
+    the index does not hold it, JobRunningError while a job runs or is queued (a delete is not
+    queued: it answers with the generation that lacks the book)."""
+    if (busy := jobs.busy()) is not None:
+        raise JobRunningError(busy)
     try:
         report = delete_books(engine=jobs.engine, book_ids=[book_id])
     except IndexBusyError as e:

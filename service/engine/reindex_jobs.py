@@ -1,19 +1,26 @@
 """Re-index jobs run inside the service (POST /admin/reindex): one at a time, each in its own
 thread, so searches go on answering from the active generation while it builds the next. The
 admin routes call only this module: it takes an upload's file, starts the job and says where
-the job stands (`JobStanding`), and it alone calls the indexer for them."""
+the job stands (`JobStanding`), and it alone calls the indexer for them.
+
+Book writes (service/engine/book_writes.py) that arrive while a job runs are not refused: they
+gather in one queued job, which starts when the running one ends and writes them all as one
+generation (a later write of a book replacing an earlier one), up to MAX_QUEUED_BOOKS books;
+past that, and for a whole re-index while a job runs or is queued, 409."""
 
 from __future__ import annotations
 
+import json
 import logging
+import tempfile
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from sqlalchemy import Engine
 
@@ -30,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
 _KEPT = 100  # finished jobs remembered
+MAX_QUEUED_BOOKS = 1000  # books a queued write job gathers at most
 
 
 @dataclass
@@ -47,6 +55,8 @@ class Job:
     error: str | None = None
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     finished_at: datetime | None = None
+    # a queued write job's books by id, until it starts (its file is written then)
+    books: dict[str, dict[str, Any]] | None = None
 
     def standing(self) -> JobStanding:
         """Where the job stands now (read from any thread)."""
@@ -93,6 +103,8 @@ class ReindexJobs:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._last: Job | None = None
+        self._queued: Job | None = None  # the write job that starts when the running one ends
+        self._closing = False
 
     def submit(
         self,
@@ -104,31 +116,82 @@ class ReindexJobs:
         cleanup: bool,
         allow_mass_delete: bool = False,
     ) -> Job:
-        """Start a job, or raise `JobRunningError` while one runs."""
+        """Start a job, or raise `JobRunningError` while one runs or is queued."""
         with self._lock:
-            running = self._last if self._last and self._last.state in (QUEUED, RUNNING) else None
-            if running is not None:
+            if (busy := self._busy()) is not None:
                 if cleanup:
                     _discard(path)
-                raise JobRunningError(running.id)
-            job = Job(
-                uuid.uuid4().hex,
-                catalog,
-                path,
-                keep_missing,
-                skip_invalid,
-                cleanup,
-                allow_mass_delete=allow_mass_delete,
-            )
-            self._jobs[job.id] = job
-            while len(self._jobs) > _KEPT:
-                self._jobs.popitem(last=False)
-            self._last = job
-            self._thread = threading.Thread(
-                target=self._run, args=(job,), name=f"attend-reindex-{job.id[:8]}", daemon=True
-            )
-            self._thread.start()
-            return job
+                raise JobRunningError(busy.id)
+            job = Job(uuid.uuid4().hex, catalog, path, keep_missing, skip_invalid, cleanup)
+            job.allow_mass_delete = allow_mass_delete
+            return self._begin(job)
+
+    def submit_books(self, books: Sequence[dict[str, Any]], *, name: str) -> Job:
+        """A job writing `books` (checked catalog rows, each with its id), every other book
+        kept: started now, or while a job runs the queued write job they join (the same job for
+        every write until it starts). `JobRunningError` when the queued job would pass
+        MAX_QUEUED_BOOKS. Call it off the event loop (it writes a file)."""
+        with self._lock:
+            if (running := self._busy()) is not None:
+                return self._queue(books, name=name, running=running)
+        snapshot = self._books_file(list(books), name=name)
+        with self._lock:
+            if (running := self._busy()) is None:
+                return self._begin(Job(uuid.uuid4().hex, name, snapshot, True, False, True))
+            _discard(snapshot)  # a job started meanwhile
+            return self._queue(books, name=name, running=running)
+
+    def _queue(self, books: Sequence[dict[str, Any]], *, name: str, running: Job) -> Job:
+        """`books` joined to the queued write job (made if there is none), under the lock."""
+        queued = self._queued or Job(uuid.uuid4().hex, name, Path(), True, False, True)
+        gathered = {**(queued.books or {}), **{str(b["id"]): b for b in books}}
+        if len(gathered) > MAX_QUEUED_BOOKS:
+            raise JobRunningError(running.id)
+        queued.books = gathered
+        if self._queued is None:
+            self._remember(queued)
+            self._queued = queued
+        return queued
+
+    def busy(self) -> str | None:
+        """The id of the job running or queued, None when there is none."""
+        with self._lock:
+            busy = self._busy()
+            return None if busy is None else busy.id
+
+    def _busy(self) -> Job | None:
+        """The job that holds the index (the queued one after the running one), under the lock."""
+        if self._queued is not None:
+            return self._queued
+        return self._last if self._last and self._last.state in (QUEUED, RUNNING) else None
+
+    def _remember(self, job: Job) -> None:
+        self._jobs[job.id] = job
+        while len(self._jobs) > _KEPT:
+            self._jobs.popitem(last=False)
+
+    def _begin(self, job: Job) -> Job:
+        """`job` remembered and run in a thread of its own, under the lock."""
+        self._remember(job)
+        self._last = job
+        self._thread = threading.Thread(
+            target=self._run, args=(job,), name=f"attend-reindex-{job.id[:8]}", daemon=True
+        )
+        self._thread.start()
+        return job
+
+    def _books_file(self, books: list[dict[str, Any]], *, name: str) -> CatalogSnapshot:
+        """`books` as a JSONL catalog the job owns (an anonymous file, which closing deletes)."""
+        f = tempfile.TemporaryFile()  # noqa: SIM115  # the job closes it, which deletes it
+        try:
+            for book in books:
+                line = json.dumps(book, ensure_ascii=False).encode("utf-8", "surrogatepass")
+                f.write(line + b"\n")
+            f.seek(0)
+            return CatalogSnapshot.adopt(f, name=name, max_row_bytes=self.settings.max_row_bytes)
+        except BaseException:
+            f.close()
+            raise
 
     def submit_upload(
         self,
@@ -156,11 +219,6 @@ class ReindexJobs:
         with self._lock:
             return self._jobs.get(job_id)
 
-    def last(self) -> Job | None:
-        """The job started last (running, or done)."""
-        with self._lock:
-            return self._last
-
     def status(self) -> ProgressSnapshot:
         """The progress of the running job, or of the last one (read-only; for /metrics)."""
         with self._lock:
@@ -168,9 +226,18 @@ class ReindexJobs:
         return job.progress.snapshot() if job is not None else ProgressSnapshot()
 
     def close(self, timeout: float = 5.0) -> None:
-        """Wait briefly for a running job; one still running stays resumable in the database."""
-        if self._thread is not None:
-            self._thread.join(timeout=timeout)
+        """Wait briefly for a running job; one still running stays resumable in the database. A
+        queued write job does not start: it fails, saying so."""
+        with self._lock:
+            self._closing = True
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=timeout)
+        with self._lock:
+            queued, self._queued = self._queued, None
+        if queued is not None:
+            queued.error = "the service stopped before this job started: write the books again"
+            queued.state, queued.finished_at, queued.books = FAILED, datetime.now(UTC), None
 
     def _run(self, job: Job) -> None:
         job.state = RUNNING
@@ -203,6 +270,23 @@ class ReindexJobs:
             job.finished_at = datetime.now(UTC)
             if job.cleanup:
                 _discard(job.path)
+            self._start_queued()
+
+    def _start_queued(self) -> None:
+        """The queued write job started, its books written to its file first."""
+        with self._lock:
+            job = self._queued
+            if job is None or self._closing:
+                return
+            try:
+                job.path = self._books_file(list((job.books or {}).values()), name=job.catalog)
+            except Exception as e:  # a full disk: the job fails, the next write starts anew
+                logger.warning("queued write job %s could not start: %s", job.id, e)
+                job.error, job.state = f"its books could not be written: {e}", FAILED
+                job.finished_at, self._queued = datetime.now(UTC), None
+                return
+            job.books, self._queued = None, None
+            self._begin(job)
 
 
 def _discard(path: Path | CatalogSnapshot) -> None:

@@ -16,7 +16,10 @@ from service.engine.exceptions import BadCatalogRequestError
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[AdminDep])
 _NAME = "admin-books.jsonl"  # the catalog a write's job names
 _BUSY: dict[int | str, dict[str, Any]] = {
-    409: {"description": "A re-index job or another writer is running."}
+    409: {"description": "The queued write job is full, or another writer is running."}
+}
+_DELETE_BUSY: dict[int | str, dict[str, Any]] = {
+    409: {"description": "A job runs or a write job is queued, or another writer is running."}
 }
 
 
@@ -25,7 +28,8 @@ async def put_book(
     book_id: str, book: Annotated[dict[str, Any], Body()], response: Response, jobs: JobsDep
 ) -> JobOut:
     """Write one book (a catalog row's fields; its id is the path's) as a generation of its own,
-    the others kept: a job, searchable once it succeeds."""
+    the others kept: a job, searchable once it succeeds; while a job runs, the queued write job
+    it joins."""
     if "id" in book and str(book["id"]) != book_id:
         raise BadCatalogRequestError(f"the book's id {book['id']!r} is not the path's {book_id!r}")
     job = await run_in_threadpool(write_books, jobs, [{**book, "id": book_id}], name=_NAME)
@@ -42,7 +46,8 @@ async def post_books(body: BooksIn, response: Response, jobs: JobsDep) -> JobOut
 
 
 @router.delete(
-    "/books/{book_id:path}", responses={404: {"description": "No book with this id."}, **_BUSY}
+    "/books/{book_id:path}",
+    responses={404: {"description": "No book with this id."}, **_DELETE_BUSY},
 )
 async def remove_book(book_id: str, jobs: JobsDep) -> DeletedOut:
     """Remove one book: a generation without it, active and served when this answers."""
