@@ -24,6 +24,7 @@ from indexer.progress import ProgressSnapshot
 from models.encoder import Encoder
 from service.api.admission import Turns
 from service.api.book_paths import EncodedSlashes
+from service.api.client_gone import DropWhenClientGone
 from service.api.error_handlers import install_error_handlers
 from service.api.guards import BodySizeLimit, Utf8Url
 from service.api.metrics import GaugeReader, Metrics
@@ -61,8 +62,9 @@ logger = logging.getLogger(__name__)
 
 
 def add_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics) -> None:
-    """Outermost first: telemetry (sees every request, refused ones too), CORS (only when
-    origins are configured), then the guards (service/api/guards.py)."""
+    """Outermost first: telemetry (sees every request, refused ones too), the drop of work for
+    clients that left (service/api/client_gone.py), CORS (only when origins are configured),
+    then the guards (service/api/guards.py)."""
     app.add_middleware(
         BodySizeLimit,
         max_bytes=settings.max_body_bytes,
@@ -77,6 +79,7 @@ def add_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics) ->
             allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type"],
         )
+    app.add_middleware(DropWhenClientGone)
     app.add_middleware(RequestTelemetry, metrics=metrics)
 
 
