@@ -1,12 +1,14 @@
-"""Issue 50 item 2: work for a client that hung up is dropped (service/api/client_gone.py). A
-real uvicorn server with the service's HTTP protocol, in this process, over SQLite with an
-encoder that holds one text until the test lets it go: a POST of many queries whose client
-leaves while its first batch is held has none of its later queries encoded, the request is
-logged with status 499, and the server answers the next client. A client that stays gets its
-whole answer."""
+"""Issue 50 item 2: work for a client that hung up is dropped (service/api/client_gone.py), and
+a shutdown waits ATTEND_SHUTDOWN_S for the rest. `attend serve`'s uvicorn configuration
+(service/api/server.py `server_config`) in this process, over SQLite with an encoder that holds
+one text until the test lets it go: a POST of many queries whose client leaves while its first
+batch is held has none of its later queries encoded, the request is logged with status 499, and
+the server answers the next client. A client that stays gets its whole answer. A request still
+held when the shutdown's grace ends is answered 503 in JSON, and the server stops."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -24,7 +26,7 @@ from sqlalchemy import Engine
 from conftest import FakeEncoder, free_port, index_books
 from service.api.client_gone import CLIENT_CLOSED
 from service.api.main import create_app
-from service.api.server import limits_of, protocol_for
+from service.api.server import server_config
 from service.config.settings import ServiceSettings
 
 BOOKS: list[dict[str, object]] = [
@@ -50,23 +52,23 @@ class Held(FakeEncoder):
         return super().encode(texts)
 
 
+SHUTDOWN_S = 1
+
+
 @pytest.fixture
-def served(engine: Engine, tmp_path: Path) -> Iterator[tuple[int, Held]]:
+def served(engine: Engine, tmp_path: Path) -> Iterator[tuple[int, Held, uvicorn.Server]]:
     url = index_books(engine, tmp_path, BOOKS)
     settings = ServiceSettings(
-        database_url=url, device="cpu", generation_poll_s=0, max_batch=MAX_BATCH
+        database_url=url,
+        device="cpu",
+        generation_poll_s=0,
+        max_batch=MAX_BATCH,
+        host="127.0.0.1",
+        port=free_port(),
+        shutdown_s=SHUTDOWN_S,
     )
     encoder = Held()
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(settings, encoder=encoder),
-        host="127.0.0.1",
-        port=port,
-        http=protocol_for(limits_of(settings)),
-        lifespan="on",
-        log_config=None,
-    )
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(server_config(create_app(settings, encoder=encoder), settings))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60
@@ -74,7 +76,7 @@ def served(engine: Engine, tmp_path: Path) -> Iterator[tuple[int, Held]]:
         assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
         time.sleep(0.05)
     try:
-        yield port, encoder
+        yield settings.port, encoder, server
     finally:
         encoder.go.set()
         server.should_exit = True
@@ -103,9 +105,9 @@ def _logged(caplog: pytest.LogCaptureFixture, words: str, seconds: float = 10) -
 
 
 def test_a_client_that_leaves_has_its_waiting_queries_dropped(
-    served: tuple[int, Held], caplog: pytest.LogCaptureFixture
+    served: tuple[int, Held, uvicorn.Server], caplog: pytest.LogCaptureFixture
 ) -> None:
-    port, encoder = served
+    port, encoder, _ = served
     caplog.set_level(logging.INFO)
     client = _post(port, QUERIES)
     assert encoder.holding.wait(30)  # its first batch is in the worker
@@ -121,9 +123,9 @@ def test_a_client_that_leaves_has_its_waiting_queries_dropped(
 
 
 def test_a_client_that_stays_gets_every_answer(
-    served: tuple[int, Held], caplog: pytest.LogCaptureFixture
+    served: tuple[int, Held, uvicorn.Server], caplog: pytest.LogCaptureFixture
 ) -> None:
-    port, encoder = served
+    port, encoder, _ = served
     caplog.set_level(logging.INFO)
     encoder.go.set()
     r = httpx.post(f"http://127.0.0.1:{port}/search", json={"queries": QUERIES}, timeout=60)
@@ -135,3 +137,26 @@ def test_a_client_that_stays_gets_every_answer(
             assert keep_alive.get("/search", params={"q": f"topic {i}"}).status_code == 200
     assert _logged(caplog, "POST /search 200 ")
     assert not _logged(caplog, "the client left", seconds=0.5)
+
+
+def test_a_request_past_the_shutdowns_grace_is_answered_503(
+    served: tuple[int, Held, uvicorn.Server],
+) -> None:
+    port, encoder, server = served
+    with contextlib.closing(_post(port, QUERIES[:1])) as client:
+        assert encoder.holding.wait(30)
+        t0 = time.monotonic()
+        server.should_exit = True  # what SIGTERM does
+        client.settimeout(SHUTDOWN_S + 20)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+            chunk = client.recv(65_536)  # the answer: the stop then waits for the held batch
+            assert chunk, answer
+            answer += chunk
+        waited = time.monotonic() - t0
+    encoder.go.set()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 "), answer
+    assert b"retry-after: 1" in head.lower()
+    assert json.loads(body) == {"detail": "the service is stopping: ask again"}
+    assert SHUTDOWN_S <= waited < SHUTDOWN_S + 5

@@ -10,6 +10,10 @@ queries not yet in a batch, and a cancelled book query is never run (service/eng
 a batch already in the worker finishes. The request is logged and counted with status 499, as
 nginx names a request whose client closed it, and nothing is sent.
 
+A request the server itself cancels (a shutdown past ATTEND_SHUTDOWN_S: uvicorn cancels what
+still runs) is answered 503 with `Retry-After`, JSON like every error, where uvicorn would log a
+traceback and answer a plain-text 500.
+
 Not for a response that has completed: its background work (after the last byte) runs on.
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -24,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 logger = logging.getLogger(__name__)
 
 CLIENT_CLOSED = 499  # nginx's status for a request whose client closed the connection
+STOPPING = 503
 
 
 class DropWhenClientGone:
@@ -68,13 +74,28 @@ class DropWhenClientGone:
         try:
             await work
         except asyncio.CancelledError:
-            if not work.cancelled() or not gone.done():
-                raise  # the server's own cancellation (a shutdown), not the client's
+            if not gone.done():  # the server's: a shutdown past its grace (ATTEND_SHUTDOWN_S)
+                if started:
+                    raise
+                logger.warning("%s %s: stopped before its answer", scope["method"], scope["path"])
+                await _answer(send, STOPPING, {"detail": "the service is stopping: ask again"})
+                return
             logger.info("%s %s: the client left before its answer", scope["method"], scope["path"])
             if not started:  # sends nothing to a closed connection; the log and metrics see it
-                await send({"type": "http.response.start", "status": CLIENT_CLOSED, "headers": []})
-                await send({"type": "http.response.body", "body": b""})
+                await _answer(send, CLIENT_CLOSED, None)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+
+
+async def _answer(send: Send, status: int, body: dict[str, str] | None) -> None:
+    payload = b"" if body is None else json.dumps(body).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        (b"connection", b"close"),
+        (b"retry-after", b"1"),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})

@@ -10,6 +10,7 @@ api.search_schemas.SearchResponse. A new generation → engine.reloader swaps th
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -183,10 +184,16 @@ def create_app(
                 yield
             finally:
                 gc.unfreeze()
-                stop_following()
-                jobs.close()
-                app.state.readiness.close()  # before the engine goes: a check may be under way
-                searcher.close()
+
+                def close() -> None:
+                    stop_following()
+                    jobs.close()
+                    app.state.readiness.close()  # before the engine: a check may be under way
+                    searcher.close()
+
+                # joins of threads, off the event loop: the answers it still has to write (a
+                # shutdown's 503s, service/api/client_gone.py) go out meanwhile
+                await asyncio.to_thread(close)
         finally:
             engine.dispose()
 

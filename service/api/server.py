@@ -54,6 +54,7 @@ class Limits:
     header_timeout_s: float
     body_timeout_s: float
     keep_alive_s: int
+    shutdown_s: int
     max_connections: int
     max_connections_per_client: int
 
@@ -177,6 +178,7 @@ def limits_of(settings: ServiceSettings) -> Limits:
         header_timeout_s=settings.header_timeout_s,
         body_timeout_s=settings.body_timeout_s,
         keep_alive_s=settings.keep_alive_s,
+        shutdown_s=settings.shutdown_s,
         max_connections=settings.max_connections,
         max_connections_per_client=settings.max_connections_per_client,  # ≤ the bound: serve
     )
@@ -236,6 +238,22 @@ def _bind_problem(host: str, port: int, e: OSError) -> str:
 def serve(app: ASGIApp, settings: ServiceSettings, sock: socket.socket) -> None:
     """Serve `app` on `sock` (bound by `bind` to the settings' host and port) until SIGINT or
     SIGTERM, within their limits."""
+    server = _Server(server_config(app, settings))
+    try:
+        server.run(sockets=[sock])  # what uvicorn.run does, on our socket
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    if not server.started:  # the lifespan failed, and logged why
+        raise SystemExit(STARTUP_FAILURE)
+
+
+def server_config(app: ASGIApp, settings: ServiceSettings) -> uvicorn.Config:
+    """uvicorn's configuration of `attend serve`: the bounds of `settings` (the connections
+    lowered to what the file limit allows), the protocol that keeps them, and the shutdown's
+    grace, past which the requests still running are answered 503
+    (service/api/client_gone.py)."""
     host, port = settings.host, settings.port
     limits = limits_of(settings)
     most = connection_bound(limits.max_connections)
@@ -256,7 +274,7 @@ def serve(app: ASGIApp, settings: ServiceSettings, sock: socket.socket) -> None:
         bounded.max_connections,
         bounded.max_connections_per_client,
     )
-    config = uvicorn.Config(
+    return uvicorn.Config(
         MaxHeaders(app, bounded.max_headers),
         host=host,
         port=port,
@@ -268,16 +286,8 @@ def serve(app: ASGIApp, settings: ServiceSettings, sock: socket.socket) -> None:
         log_level=settings.log_level.lower(),
         log_config=None,  # uvicorn's loggers propagate to ours (configure_logging)
         access_log=False,  # service.api.telemetry logs every request, without its query string
+        timeout_graceful_shutdown=bounded.shutdown_s,
     )
-    server = _Server(config)
-    try:
-        server.run(sockets=[sock])  # what uvicorn.run does, on our socket
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sock.close()
-    if not server.started:  # the lifespan failed, and logged why
-        raise SystemExit(STARTUP_FAILURE)
 
 
 class _Server(uvicorn.Server):

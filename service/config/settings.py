@@ -121,6 +121,13 @@ class ServiceSettings(StoreSettings, RaySettings, RunSettings, RankingSettings):
     keep_alive_s: int = Field(
         5, ge=1, le=3600, description="An idle keep-alive connection is closed after this long."
     )
+    shutdown_s: int = Field(
+        8,
+        ge=1,
+        le=3600,
+        description="At SIGTERM or SIGINT, requests in progress may finish for this long; the "
+        "rest are answered 503 and the service stops (docker's stop waits 10 s, then kills).",
+    )
     max_connections: int = Field(
         1000,
         ge=1,
