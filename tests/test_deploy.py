@@ -104,7 +104,7 @@ def test_api_scales_behind_the_load_balancer() -> None:
     assert "listen 8000 backlog=4096;" in conf and "listen 8001;" in conf
     assert "resolver 127.0.0.11" in conf  # Docker's DNS: one address per replica
     assert conf.count("set $api http://api:8000;") == conf.count("proxy_pass $api;") == 3
-    assert "/readyz" in " ".join(lb["healthcheck"]["test"])
+    assert "http://127.0.0.1:8001/readyz" in " ".join(lb["healthcheck"]["test"])  # operator's
 
 
 def test_mounted_catalog_and_volumes_exist() -> None:
