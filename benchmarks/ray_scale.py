@@ -181,7 +181,14 @@ def hop(url: str, queries: int) -> list[dict[str, Any]]:
                 ]
                 assert index.generation is not None
                 clients = [
-                    RayShard(h, generation=index.generation, name=f"shard-{s}", start=a, stop=b)
+                    RayShard(
+                        h,
+                        generation=index.generation,
+                        name=f"shard-{s}",
+                        start=a,
+                        stop=b,
+                        timeout_s=600,
+                    )
                     for s, (h, (a, b)) in enumerate(
                         zip(handles, shard_bounds(len(index), n), strict=True)
                     )

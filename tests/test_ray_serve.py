@@ -1,7 +1,8 @@
 """`attend serve --engine ray --shards 2` (a real process on a local Ray) answers every search
 as the single-process service does: same books, scores to relative 1e-6, weights, per-head
 shares and entropy to 1e-5 (what a softmax makes of float32 rounding), same errors; and follows
-a re-index to the new generation without a restart."""
+a re-index to the new generation without a restart. A shard that stops answering fails searches
+in ATTEND_SHARD_TIMEOUT_S with a 503, not a hang, and they are answered again once it is back."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ _NOT_COMPARED = {"results", "entropy", "match_strength"}  # floats: compared app
 # relative), and a probability, exp(scale · score) normalised, by up to the scale times that
 # (25 on the description head). A share of 2.6e-5 came out 3.7e-6 relative apart.
 _EXP = 1e-5  # relative, for what went through a softmax
+SHARD_TIMEOUT_S = 3
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +56,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
         "ATTEND_DATABASE_URL": url,
         "HF_HUB_OFFLINE": "1",
         "ATTEND_GENERATION_POLL_S": "0.5",
+        "ATTEND_SHARD_TIMEOUT_S": str(SHARD_TIMEOUT_S),
     }
     attend_index(DEMO_CATALOG, env, cwd)
     port = free_port()
@@ -225,3 +228,40 @@ def test_sharded_service_follows_a_reindex(served: tuple[str, str], tmp_path: Pa
                 r not in [h["id"] for h in ray.get(f"/search?q={r}&k=50").json()["results"]]
                 for r in removed
             )
+
+
+def _shard_replica(name: str) -> int:
+    """The pid of the Ray Serve replica process of the deployment `name` (its process title)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if title.startswith("ray::ServeReplica") and f":{name} " in f"{title} ":
+                return int(entry.name)
+    raise AssertionError(f"no Ray Serve replica process of {name}")
+
+
+def test_a_stopped_shard_fails_searches_fast_and_they_come_back(served: tuple[str, str]) -> None:
+    _, base = served
+    pid = _shard_replica("shard-1")
+    os.kill(pid, signal.SIGSTOP)  # frozen: its process holds the connection and never answers
+    try:
+        with httpx.Client(base_url=base, timeout=60) as client:
+            t0 = time.monotonic()
+            r = client.get("/search", params={"q": "dragons and wizards"})
+            took = time.monotonic() - t0
+            assert r.status_code == 503, r.text
+            assert "shard-1 did not answer within 3 s" in r.json()["detail"]
+            assert r.headers["retry-after"] == "1"
+            assert SHARD_TIMEOUT_S <= took < SHARD_TIMEOUT_S + 10
+            assert client.get("/healthz").status_code == 200  # the router itself answers
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    deadline = time.monotonic() + 60
+    with httpx.Client(base_url=base, timeout=60) as client:
+        while (r := client.get("/search", params={"q": "dragons and wizards"})).status_code != 200:
+            assert time.monotonic() < deadline, r.text
+            time.sleep(0.5)
+        assert r.json()["results"]

@@ -18,7 +18,7 @@ from starlette.routing import Match
 
 from service.api.admission import BusyError, OverBudgetError
 from service.api.telemetry import printable
-from service.cluster.shards.shard import ShardsOutOfStepError
+from service.cluster.shards.shard import ShardsOutOfStepError, ShardTimeoutError
 from service.engine.exceptions import (
     BadCatalogRequestError,
     BookNotFoundError,
@@ -231,6 +231,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _auth(_: Request, exc: AdminAuthError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
         return JSONResponse({"detail": str(exc)}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(ShardTimeoutError)
+    async def _shard_timeout(_: Request, exc: ShardTimeoutError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "1"})
 
     @app.exception_handler(BusyError)
     async def _busy(_: Request, exc: BusyError) -> JSONResponse:

@@ -113,7 +113,10 @@ def serve_forever(settings: ServiceSettings, sock: socket.socket) -> None:
             settings.port,
         )
         placement = ShardPlacement(
-            handles, replicas=settings.shard_replicas, poll_s=settings.generation_poll_s
+            handles,
+            replicas=settings.shard_replicas,
+            poll_s=settings.generation_poll_s,
+            timeout_s=settings.shard_timeout_s,
         )
         server.serve(create_app(settings, placement=placement), settings, sock)
     finally:

@@ -192,6 +192,14 @@ class ServiceSettings(StoreSettings, RaySettings, RunSettings, RankingSettings):
     shard_replicas: int = Field(
         1, ge=1, le=1024, description="With the ray engine: replicas of every shard, for load."
     )
+    shard_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="With the ray engine: a shard's reply must come within this many seconds, "
+        "else the request is answered 503 with Retry-After (a stopped or frozen shard fails "
+        "searches fast instead of hanging them).",
+    )
 
     @field_validator("log_level")
     @classmethod

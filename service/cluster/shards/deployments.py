@@ -22,7 +22,13 @@ from torch import Tensor
 from indexer import loaded_index, store
 from indexer.db import create_db_engine
 from models.shard_merge import ShardAnswer
-from service.cluster.shards.shard import Shard, ShardQuery, ShardsOutOfStepError, ShardSweep
+from service.cluster.shards.shard import (
+    Shard,
+    ShardQuery,
+    ShardsOutOfStepError,
+    ShardSweep,
+    ShardTimeoutError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -166,13 +172,28 @@ class ShardDeployment:
 
 
 class _Reply(Generic[T]):
-    """A shard's answer on its way, at the generation the router asked for."""
+    """A shard's answer on its way, at the generation the router asked for, awaited at most
+    `timeout_s` seconds."""
 
-    def __init__(self, response: DeploymentResponse[Any], generation: int, name: str, kind: type):
+    def __init__(
+        self,
+        response: DeploymentResponse[Any],
+        generation: int,
+        name: str,
+        kind: type,
+        timeout_s: float,
+    ):
         self.response, self.generation, self.name, self.kind = response, generation, name, kind
+        self.timeout_s = timeout_s
 
     def result(self) -> T:
-        answer, held = self.response.result()
+        try:
+            answer, held = self.response.result(timeout_s=self.timeout_s)
+        except TimeoutError:
+            self.response.cancel()  # type: ignore[no-untyped-call]
+            raise ShardTimeoutError(
+                f"{self.name} did not answer within {self.timeout_s:g} s; retry shortly"
+            ) from None
         if answer is None:
             raise ShardsOutOfStepError(
                 f"{self.name} does not hold generation {self.generation} (it holds {held}): "
@@ -188,10 +209,17 @@ class RayShard:
     [start, stop) of generation `generation`."""
 
     def __init__(
-        self, handle: DeploymentHandle[Any], *, generation: int, name: str, start: int, stop: int
+        self,
+        handle: DeploymentHandle[Any],
+        *,
+        generation: int,
+        name: str,
+        start: int,
+        stop: int,
+        timeout_s: float,
     ):
         self.handle, self.generation, self.name = handle, generation, name
-        self.start, self.stop = start, stop
+        self.start, self.stop, self.timeout_s = start, stop, timeout_s
 
     def submit_top(self, query: ShardQuery, k: int) -> _Reply[list[ShardAnswer]]:
         return self._reply(self.handle.top.remote(self.generation, query, k), list)
@@ -206,4 +234,5 @@ class RayShard:
         return self._reply(self.handle.keys.remote(self.generation, rows, list(fields)), Tensor)
 
     def _reply(self, response: Any, kind: type) -> _Reply[Any]:
-        return _Reply(cast(DeploymentResponse[Any], response), self.generation, self.name, kind)
+        response = cast(DeploymentResponse[Any], response)
+        return _Reply(response, self.generation, self.name, kind, self.timeout_s)

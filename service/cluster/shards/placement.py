@@ -26,14 +26,21 @@ Layout = dict[int, tuple[int, int, int]]  # a shard's describe(): generation →
 
 class ShardPlacement:
     """The keys on `shards` (one deployment handle each, `replicas` replicas behind each); the
-    router polls generations every `poll_s` seconds."""
+    router polls generations every `poll_s` seconds and waits `timeout_s` at most for a shard's
+    reply to a search."""
 
     incremental = False  # the router holds no keys to fold a diff into: a new one is loaded whole
 
     def __init__(
-        self, shards: list[DeploymentHandle[Any]], *, replicas: int, poll_s: float
+        self,
+        shards: list[DeploymentHandle[Any]],
+        *,
+        replicas: int,
+        poll_s: float,
+        timeout_s: float = 30.0,
     ) -> None:
         self.shards, self.replicas, self.poll_s = shards, replicas, poll_s
+        self.timeout_s = timeout_s
         replies = [h.describe.remote() for h in shards]
         self.layouts: list[Layout] = [cast(Layout, r.result(timeout_s=60)) for r in replies]
         if not self._common():
@@ -61,7 +68,16 @@ class ShardPlacement:
                 raise SchemaError(
                     f"shard-{i} holds {layout[g]} of generation {g}, not {start, stop}"
                 )
-            shards.append(RayShard(handle, generation=g, name=f"shard-{i}", start=start, stop=stop))
+            shards.append(
+                RayShard(
+                    handle,
+                    generation=g,
+                    name=f"shard-{i}",
+                    start=start,
+                    stop=stop,
+                    timeout_s=self.timeout_s,
+                )
+            )
         return ShardedKeys.of(index, shards)
 
     def ready(self, generation: int) -> bool:

@@ -35,6 +35,10 @@ class ShardsOutOfStepError(RuntimeError):
     """A shard holds another version of the index than the router (a re-index in between)."""
 
 
+class ShardTimeoutError(RuntimeError):
+    """A shard did not answer within ATTEND_SHARD_TIMEOUT_S (stopped, frozen, overloaded)."""
+
+
 class Reply(Protocol[T_co]):
     """A request on its way to a shard: `result()` waits for the answer (a `Future` is one)."""
 
