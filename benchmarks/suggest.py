@@ -21,7 +21,7 @@ from benchmarks._common import dump_json, log, out, table
 
 
 def _queries(titles: list[str], names: list[str], n: int, seed: int) -> list[str]:
-    from service.engine.name_rows import fold
+    from models.text import fold
 
     rng = random.Random(seed)
     found: list[str] = []
@@ -41,8 +41,8 @@ def _queries(titles: list[str], names: list[str], n: int, seed: int) -> list[str
 def measure(url: str, n: int, seed: int) -> dict[str, Any]:
     from sqlalchemy import create_engine
 
+    from models.text import fold
     from service.config.settings import ServiceSettings
-    from service.engine.name_rows import fold
     from service.engine.startup import build_searcher
     from service.engine.suggestions import Suggester
 

@@ -15,6 +15,7 @@ from torch import Tensor
 from indexer.book_columns import BookColumns
 from indexer.languages import language_key
 from indexer.text_column import RowLookup
+from models.text import fold
 
 MASKS_CACHED = 64
 
@@ -23,7 +24,9 @@ MASKS_CACHED = 64
 class Filters:
     """Which books a query may attend to. Text matches are case-insensitive."""
 
-    author: str | None = None  # substring of any author's name
+    # part of any author's name: a substring (case aside), or whole words of it as names are
+    # folded ("J.R.R. Tolkien" keeps "J. R. R. Tolkien", "garcia marquez" "García Márquez")
+    author: str | None = None
     year_min: int | None = None  # inclusive; books without a year are left out
     year_max: int | None = None
     language: str | None = None  # a language code in any ISO 639 form (indexer/languages.py)
@@ -46,6 +49,12 @@ class Filters:
         """Whether a subject, series or publisher filter is among these: the catalog's names
         answer it."""
         return any(v is not None for v in (self.subject, self.series, self.publisher))
+
+
+def _author_words(names: tuple[str, ...]) -> str:
+    """A book's authors' folded words as the author filter reads them, each name between " | "
+    (a match never spans two names)."""
+    return f" {' | '.join(' '.join(fold(name)) for name in names)} "
 
 
 # the rows of the books filed under a subject heading, in a series or of a publisher: (field,
@@ -102,6 +111,10 @@ class FilterColumns:
             authors.get(key := tuple(a)) or authors.setdefault(key, "\n".join(a).casefold())
             for a in (books.authors[r] for r in rows)
         ]
+        # the authors' folded words: made at the first author filter, not at a start (folding
+        # every name of a large catalog takes seconds), then moved by each swap like the rest
+        self._books, self._words_lock = books, threading.Lock()
+        self._words: list[str] | None = None
         if follows is None:
             self._year, self._language, self._author = year, language, author
             self._rows = RowLookup(books.ids)  # 12 bytes a book, where a dict took ~60
@@ -113,9 +126,24 @@ class FilterColumns:
             self._author = [before._author[s] for s in at]
             for i, r in enumerate(rows):
                 self._language[r], self._author[r] = language[i], author[i]
+            if before._words is not None:
+                self._words = [before._words[s] for s in at]
+                for r in rows:
+                    self._words[r] = _author_words(tuple(books.authors[r]))
             self._rows = RowLookup(books.ids, follows=(before._rows, sources))
         self._masks: OrderedDict[Filters, Tensor] = OrderedDict()
         self._masks_lock = threading.Lock()  # the searcher's worker and the routes' threads
+
+    def author_words(self) -> list[str]:
+        """Each book's authors' folded words (`_author_words`), made at the first call."""
+        with self._words_lock:
+            if self._words is None:
+                one: dict[tuple[str, ...], str] = {}
+                self._words = [
+                    one.get(key := tuple(a)) or one.setdefault(key, _author_words(key))
+                    for a in self._books.authors
+                ]
+            return self._words
 
     def row_of(self, book_id: str) -> int | None:
         """The row of `book_id`, None when it is not among these books."""
@@ -156,8 +184,13 @@ class FilterColumns:
             lang = language_key(filters.language)
             keep &= torch.tensor([x == lang for x in self._language], dtype=torch.bool)
         if filters.author is not None:
-            name = filters.author.casefold()
-            keep &= torch.tensor([name in a for a in self._author], dtype=torch.bool)
+            name, folded = filters.author.casefold(), fold(filters.author)
+            if folded:
+                words, of = f" {' '.join(folded)} ", self.author_words()
+                held = [name in a or words in w for a, w in zip(self._author, of, strict=True)]
+            else:  # "…": no words to match
+                held = [name in a for a in self._author]
+            keep &= torch.tensor(held, dtype=torch.bool)
         if filters.by_name:
             keep &= self._named_mask(filters)
         for book_id in filters.exclude:

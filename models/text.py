@@ -16,6 +16,7 @@ import re
 import unicodedata
 
 _MARKS = frozenset({"Mn", "Mc", "Me"})
+_WORD = re.compile(r"[^\W_]+")
 # Where a character can be a mark or a format character: planes 0-3 and 14 (4-13 have never
 # been assigned, 15 and 16 are private use)
 _PLANES = (range(0, 0x40000), range(0xE0000, 0xF0000))
@@ -87,6 +88,13 @@ def without_combining(text: str) -> str:
 
 def _bare_run(run: re.Match[str]) -> str:
     return "".join(ch for ch in run.group() if not unicodedata.combining(ch))
+
+
+def fold(text: str) -> list[str]:
+    """Words of `text` case-folded with accents, punctuation and invisible characters gone, as
+    names are compared: "García Márquez" → ["garcia", "marquez"], "J.R.R." → ["j", "r", "r"]."""
+    decomposed = unicodedata.normalize("NFKD", normalize_text(text))
+    return _WORD.findall(without_combining(decomposed).casefold())
 
 
 def normalize_id(book_id: str) -> str:

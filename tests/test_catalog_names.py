@@ -7,8 +7,9 @@ import random
 
 import pytest
 
+from models.text import fold
 from service.engine.catalog_names import CatalogNames
-from service.engine.name_rows import fold, series_keys
+from service.engine.name_rows import series_keys
 from service.engine.row_lists import rows_by_key
 
 BOOKS = [  # (title, authors, description)

@@ -308,3 +308,34 @@ def test_a_publisher_facet_and_filter_on_both_databases(engine: Engine, tmp_path
         assert values == {"Penguin Books": 2, "Vintage": 1}
         kept = _search(client, q="water", publisher="PENGUIN BOOKS")
         assert kept["matched"] == 2 and {h["id"] for h in kept["results"]} == {"a", "b"}
+
+
+def test_an_author_facets_filter_keeps_every_spelling_it_counted(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """The author facet counts a name however its books spell it (folded); its filter, the
+    `author` filter, keeps them all: whole words accents and punctuation aside, beside the
+    substring it always matched."""
+    books: list[dict[str, object]] = [
+        {"id": "a", "title": "Rings", "description": "a ring", "authors": ["J.R.R. Tolkien"]},
+        {"id": "b", "title": "Hobbit", "description": "a ring", "authors": ["J. R. R. Tolkien"]},
+        {"id": "c", "title": "Cien", "description": "a ring", "authors": ["G. García Márquez"]},
+        {"id": "d", "title": "Other", "description": "a ring", "authors": ["Ann Rtolkién", "X Y"]},
+    ]
+    with serve_books(engine, tmp_path, books) as client:
+        body = _search(client, q="a ring", facets="author", facet_size=50)
+        tolkien = [v for v in body["facets"]["author"]["values"] if v["count"] == 2]
+        assert len(tolkien) == 1, body["facets"]["author"]
+        kept = _search(client, q="a ring", **tolkien[0]["filter"])
+        assert {h["id"] for h in kept["results"]} == {"a", "b"}  # not "Rtolkien": whole words
+        for written, want in [
+            ("garcia marquez", {"c"}),  # accents aside
+            ("García-Márquez", {"c"}),  # punctuation aside
+            ("olkie", {"a", "b"}),  # a substring, as ever (as written: "olkié" is not it)
+            ("rtolkien", {"d"}),  # a whole word, accents aside
+            ("n rtolkie", set()),  # words are whole: "ann rtolkien" is not "n rtolkie"
+            ("rtolkien x", set()),  # words never span two names
+            ("...", set()),  # no words, and no name holds it
+        ]:
+            got = _search(client, q="a ring", author=written)
+            assert {h["id"] for h in got["results"]} == want, written

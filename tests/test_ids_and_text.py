@@ -16,9 +16,8 @@ from conftest import FakeEncoder, serve_books, write_jsonl
 from indexer import pipeline
 from indexer.catalog import CatalogError
 from indexer.settings import IndexSettings
-from models.text import normalize_id, normalize_text, without_combining
+from models.text import fold, normalize_id, normalize_text, without_combining
 from service.engine.lexical import LexicalIndex
-from service.engine.name_rows import fold
 
 BOOKS: list[dict[str, object]] = [
     {"id": "dune", "title": "Dune", "description": "desert planet spice"},

@@ -14,8 +14,8 @@ from bm25s.tokenization import Tokenizer
 
 from indexer.catalog import read_catalog
 from indexer.data import DEMO_CATALOG
+from models.text import fold
 from service.engine.lexical import LexicalIndex, LikeThisIndex, book_document
-from service.engine.name_rows import fold
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from models.text import fold
 from service.engine.catalog_names import CatalogNames
-from service.engine.name_rows import fold
 
 BOOKS = [  # (title, authors, description)
     ("Beloved", ["Toni Morrison"], "a former slave haunted by her daughter"),

@@ -104,7 +104,9 @@ class PageAndFilters(BaseModel):
         None,
         min_length=1,
         max_length=200,
-        description="Keep books with an author whose name contains this.",
+        description="Keep books with an author whose name contains this (case aside), or "
+        "holds its words (accents and punctuation aside: `J.R.R. Tolkien` keeps `J. R. R. "
+        "Tolkien`).",
     )
     year_min: int | None = Field(
         None, ge=-5000, le=5000, description="Keep books from this year on."

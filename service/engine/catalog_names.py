@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from indexer.text_column import text_arrays, text_of_arrays
+from models.text import fold
 from service.engine.book_works import Works, principal_authors
 from service.engine.lexical import LikeThisIndex, like_this_text
 from service.engine.name_rows import (
@@ -33,7 +34,6 @@ from service.engine.name_rows import (
     MAX_NAME_TOKENS,
     AuthorKey,
     NameRows,
-    fold,
     name_key,
 )
 from service.engine.row_lists import rows_by_key

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -25,7 +24,7 @@ from typing import TypeVar
 import numpy as np
 
 from indexer.text_column import text_arrays, text_of_arrays
-from models.text import normalize_text, without_combining
+from models.text import fold
 from service.engine.bm25_postings import RowMoves
 from service.engine.row_lists import lists_arrays, lists_of, moved
 
@@ -33,7 +32,6 @@ from service.engine.row_lists import lists_arrays, lists_of, moved
 # #6-7)", "(Discworld  #14; Witches #4)": each ";"-part a series and the book's number in it
 _MARKER = re.compile(r"\(([^()]*#[^()]*)\)\s*$")
 _PART = re.compile(r"^(.*?)[,]?\s*#\s*[\d.]+(?:\s*-+\s*[\d.]+)?$")
-_WORD = re.compile(r"[^\W_]+")
 _CLOSING = re.compile(r"\s*\([^()]*\)\s*$")  # "(Discworld #4)", "(Penguin Classics)"
 _NOT_AUTHORS = frozenset({("anonymous",), ("unknown",), ("various",), ("various", "authors")})
 MAX_NAME_TOKENS = 6
@@ -43,13 +41,6 @@ MIN_SHARED_DESCRIPTION = 80  # characters: a blurb that long, word for word, is 
 AuthorKey = tuple[str, ...]  # a name's folded words
 NAMED_COLUMNS = ("series", "subjects", "publishers")  # the columns of folded names
 T = TypeVar("T")
-
-
-def fold(text: str) -> list[str]:
-    """Words of `text` case-folded with accents, punctuation and invisible characters gone:
-    "García Márquez" → ["garcia", "marquez"], "J.R.R." → ["j", "r", "r"]."""
-    decomposed = unicodedata.normalize("NFKD", normalize_text(text))
-    return _WORD.findall(without_combining(decomposed).casefold())
 
 
 def name_key(name: str) -> AuthorKey:

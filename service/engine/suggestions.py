@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.name_rows import fold
+from models.text import fold
 from service.engine.served_index import ServedIndex
 
 MIN_CHARS = 2  # a query of fewer folded characters suggests nothing: every text would match
