@@ -100,6 +100,10 @@ class LocalKeys:
             offset=self.offset,
         )
 
+    def unanswered(self) -> str | None:
+        """None: keys in this process always answer."""
+        return None
+
     def key_rows(self, rows: Sequence[int], fields: Sequence[str]) -> Tensor:
         index = torch.tensor([r - self.offset for r in rows], dtype=torch.long, device=self.device)
         return torch.stack([self.by_field[f][index].float().cpu() for f in fields])

@@ -257,6 +257,10 @@ def test_a_stopped_shard_fails_searches_fast_and_they_come_back(served: tuple[st
             assert r.headers["retry-after"] == "1"
             assert SHARD_TIMEOUT_S <= took < SHARD_TIMEOUT_S + 10
             assert client.get("/healthz").status_code == 200  # the router itself answers
+            t0 = time.monotonic()
+            ready = client.get("/readyz")
+            assert ready.status_code == 503 and "shard-1 did not answer" in ready.json()["detail"]
+            assert time.monotonic() - t0 < 5
     finally:
         os.kill(pid, signal.SIGCONT)
     deadline = time.monotonic() + 60
@@ -265,3 +269,4 @@ def test_a_stopped_shard_fails_searches_fast_and_they_come_back(served: tuple[st
             assert time.monotonic() < deadline, r.text
             time.sleep(0.5)
         assert r.json()["results"]
+        assert client.get("/readyz").status_code == 200

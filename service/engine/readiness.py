@@ -1,4 +1,5 @@
-"""Whether the database is the index the keys came from, asked on a thread of its own.
+"""Whether the database is the index the keys came from, and the keys' shards answer, asked on
+a thread of its own.
 
 /readyz asks it: the database answers, at this service's schema, is the one the keys were loaded
 from and still holds the generation served. Its checks block on the database, so they run in
@@ -20,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from indexer import db
 from service.engine.database_errors import Reporter
 from service.engine.reloader import GenerationWatcher
+from service.engine.served_index import KeyStore
 
 logger = logging.getLogger(__name__)
 
@@ -48,20 +50,28 @@ class Readiness:
     def __init__(self) -> None:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attend-readiness")
         self._running: asyncio.Future[str | None] | None = None
-        self._asked: tuple[Engine, GenerationWatcher | None] | None = None  # the running one's
+        # the running check's engine, watcher and keys
+        self._asked: tuple[Engine, GenerationWatcher | None, KeyStore | None] | None = None
         self._report = Reporter("the readiness check")
 
-    async def problem(self, engine: Engine, watcher: GenerationWatcher | None) -> str | None:
-        """The answer of the check of `engine` running now, or of a new one if none is."""
-        asked = (engine, watcher)
+    async def problem(
+        self, engine: Engine, watcher: GenerationWatcher | None, keys: KeyStore | None = None
+    ) -> str | None:
+        """The answer of the check of `engine` (and of `keys`: a shard that does not answer)
+        running now, or of a new one if none is."""
+        asked = (engine, watcher, keys)
         if self._running is None or self._running.done() or self._asked != asked:
             loop = asyncio.get_running_loop()
-            self._running = loop.run_in_executor(
-                self._thread, database_problem, *asked, self._report
-            )
+            self._running = loop.run_in_executor(self._thread, self._check, *asked)
             self._asked = asked
         # shielded: a probe that hangs up must not cancel the answer the others wait for
         return await asyncio.shield(self._running)
+
+    def _check(
+        self, engine: Engine, watcher: GenerationWatcher | None, keys: KeyStore | None
+    ) -> str | None:
+        problem = database_problem(engine, watcher, self._report)
+        return problem if problem is not None or keys is None else keys.unanswered()
 
     def close(self) -> None:
         """Waits for a check under way: it uses the engine, which is disposed of next."""

@@ -56,6 +56,11 @@ class KeyStore(Protocol):
         """(F, R, d) float32 on the CPU: each field's keys of the catalog rows `rows`."""
         ...
 
+    def unanswered(self) -> str | None:
+        """Why a part of the keys does not answer now (a shard that is asked and is silent), or
+        None. Blocks for a few seconds at most (/readyz asks it on its own thread)."""
+        ...
+
 
 def lexical_index(books: BookColumns, descriptions: Sequence[str | None] | None) -> LexicalIndex:
     """The lexical head's BM25 over the books' title, authors and (row-aligned `descriptions`,

@@ -45,7 +45,8 @@ async def healthz(index: IndexDep, watcher: WatcherDep) -> Health:
     responses={
         503: {
             "description": "Not ready: no keys loaded, the database unreachable or not an "
-            "Attend index at this schema, or not the database the keys were loaded from."
+            "Attend index at this schema, not the database the keys were loaded from, or a "
+            "shard that does not answer."
         }
     },
 )
@@ -55,13 +56,14 @@ async def readyz(
     watcher: WatcherDep,
     readiness: ReadinessDep,
 ) -> Ready:
-    """Ready to answer searches: the keys are loaded, and the database is the index they came
-    from (its schema, its identity, the generation served), not merely a server answering."""
+    """Ready to answer searches: the keys are loaded, the database is the index they came from
+    (its schema, its identity, the generation served), not merely a server answering, and with
+    the ray engine every shard answers."""
     if searcher is None or engine is None or readiness is None:
         raise NotReadyError("the index is still loading")
     if len(searcher.index) == 0:
         raise NotReadyError("the index holds no books yet: run `attend index CATALOG` first")
-    if (problem := await readiness.problem(engine, watcher)) is not None:
+    if (problem := await readiness.problem(engine, watcher, searcher.index.keys)) is not None:
         raise NotReadyError(problem)
     return Ready(status="ready", catalog_size=len(searcher.index))
 

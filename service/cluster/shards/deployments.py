@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 NO_INDEX = 0  # the generation key of an empty database (generations count from 1)
+PING_S = 2.0  # a /readyz's wait for each shard (compose's healthcheck gives up after 3 s)
 KEEP = 3  # generations a shard replica holds at most (the router drops older ones sooner)
 
 
@@ -232,6 +233,18 @@ class RayShard:
 
     def submit_keys(self, rows: Tensor, fields: Sequence[str]) -> _Reply[Tensor]:
         return self._reply(self.handle.keys.remote(self.generation, rows, list(fields)), Tensor)
+
+    def ping(self) -> str | None:
+        """Whether a replica of the shard answers `describe` within PING_S (or the shard
+        timeout, if shorter): a frozen or stopped one does not."""
+        wait = min(self.timeout_s, PING_S)
+        response = self.handle.describe.remote()
+        try:
+            response.result(timeout_s=wait)
+        except TimeoutError:
+            response.cancel()  # type: ignore[no-untyped-call]
+            return f"{self.name} did not answer within {wait:g} s"
+        return None
 
     def _reply(self, response: Any, kind: type) -> _Reply[Any]:
         response = cast(DeploymentResponse[Any], response)

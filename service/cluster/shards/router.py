@@ -132,6 +132,10 @@ class ShardedKeys:
         query = ShardQuery(q.cpu(), list(heads), by_rows(filters, mask))
         return ShardedDenseHeads(self.shards, query, size=self.size)
 
+    def unanswered(self) -> str | None:
+        """The first shard that does not answer a ping, why; None when every one does."""
+        return next((problem for s in self.shards if (problem := s.ping()) is not None), None)
+
     def key_rows(self, rows: Sequence[int], fields: Sequence[str]) -> Tensor:
         """From the shards that hold them: each row is in one shard, the others answer 0."""
         index = torch.tensor(list(rows), dtype=torch.long)

@@ -87,6 +87,10 @@ class ShardClient(Protocol):
 
     def submit_keys(self, rows: Tensor, fields: Sequence[str]) -> Reply[Tensor]: ...
 
+    def ping(self) -> str | None:
+        """Why the shard does not answer now, or None (it answered)."""
+        ...
+
 
 def slice_index(index: LoadedIndex, start: int, stop: int) -> LoadedIndex:
     """Rows [start, stop) of a loaded index (views of its key arrays, no copy; no values)."""
@@ -175,3 +179,6 @@ class LocalShard:
 
     def submit_keys(self, rows: Tensor, fields: Sequence[str]) -> Future[Tensor]:
         return _done(self.shard.keys_of(rows, fields))
+
+    def ping(self) -> str | None:
+        return None  # it answers in this thread
