@@ -160,7 +160,7 @@ def test_writes_while_a_job_runs_are_one_queued_generation(
     assert all(w.json()["state"] == "queued" for w in writes)
     catalog = {"catalog": ("books.jsonl", b'{"id": "n", "title": "N"}\n')}
     reindex = client.post("/admin/reindex", files=catalog, headers=AUTH)
-    assert reindex.status_code == 409, reindex.text
+    assert reindex.status_code == 409 and "is queued" in reindex.json()["detail"], reindex.text
     encoder.gate.set()
     job = finished_job(client, writes[0].json()["id"], AUTH)
     assert job["state"] == "succeeded", job
@@ -178,7 +178,8 @@ def test_a_queued_job_holds_at_most_its_books(admin: tuple[TestClient, Gated]) -
     assert full.status_code == 202, full.text
     last = client.put("/admin/books/last", json={"title": "Last"}, headers=AUTH)
     assert last.status_code == 202 and last.json()["id"] == full.json()["id"]  # the cap's book
-    assert client.put("/admin/books/over", json={"title": "O"}, headers=AUTH).status_code == 409
+    over = client.put("/admin/books/over", json={"title": "O"}, headers=AUTH)
+    assert over.status_code == 409 and "most books it takes (1,000)" in over.json()["detail"]
     again = client.put("/admin/books/q0", json={"title": "Q zero"}, headers=AUTH)  # no new book
     assert again.status_code == 202 and again.json()["id"] == full.json()["id"]
     encoder.gate.set()

@@ -20,9 +20,9 @@ class NotReadyError(RuntimeError):
 
 
 class JobRunningError(RuntimeError):
-    def __init__(self, job_id: str):
+    def __init__(self, job_id: str, why: str = "is still running: one job at a time"):
         self.job_id = job_id
-        super().__init__(f"re-index job {job_id} is still running: one job at a time")
+        super().__init__(f"re-index job {job_id} {why}")
 
 
 class WriterBusyError(RuntimeError):

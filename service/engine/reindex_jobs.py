@@ -121,6 +121,8 @@ class ReindexJobs:
             if (busy := self._busy()) is not None:
                 if cleanup:
                     _discard(path)
+                if busy is self._queued:
+                    raise JobRunningError(busy.id, "is queued after the running one")
                 raise JobRunningError(busy.id)
             job = Job(uuid.uuid4().hex, catalog, path, keep_missing, skip_invalid, cleanup)
             job.allow_mass_delete = allow_mass_delete
@@ -132,21 +134,22 @@ class ReindexJobs:
         every write until it starts). `JobRunningError` when the queued job would pass
         MAX_QUEUED_BOOKS. Call it off the event loop (it writes a file)."""
         with self._lock:
-            if (running := self._busy()) is not None:
-                return self._queue(books, name=name, running=running)
+            if self._busy() is not None:
+                return self._queue(books, name=name)
         snapshot = self._books_file(list(books), name=name)
         with self._lock:
-            if (running := self._busy()) is None:
+            if self._busy() is None:
                 return self._begin(Job(uuid.uuid4().hex, name, snapshot, True, False, True))
             _discard(snapshot)  # a job started meanwhile
-            return self._queue(books, name=name, running=running)
+            return self._queue(books, name=name)
 
-    def _queue(self, books: Sequence[dict[str, Any]], *, name: str, running: Job) -> Job:
+    def _queue(self, books: Sequence[dict[str, Any]], *, name: str) -> Job:
         """`books` joined to the queued write job (made if there is none), under the lock."""
         queued = self._queued or Job(uuid.uuid4().hex, name, Path(), True, False, True)
         gathered = {**(queued.books or {}), **{str(b["id"]): b for b in books}}
         if len(gathered) > MAX_QUEUED_BOOKS:
-            raise JobRunningError(running.id)
+            why = f"is queued with the most books it takes ({MAX_QUEUED_BOOKS:,}): write these "
+            raise JobRunningError(queued.id, why + "once it has started")
         queued.books = gathered
         if self._queued is None:
             self._remember(queued)
