@@ -26,6 +26,8 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.telemetry import printable
+
 logger = logging.getLogger(__name__)
 
 CLIENT_CLOSED = 499  # nginx's status for a request whose client closed the connection
@@ -71,16 +73,17 @@ class DropWhenClientGone:
                 work.cancel()
 
         watcher = asyncio.ensure_future(watch())
+        where = printable(scope["path"])  # a client's path, escaped for the log
         try:
             await work
         except asyncio.CancelledError:
             if not gone.done():  # the server's: a shutdown past its grace (ATTEND_SHUTDOWN_S)
                 if started:
                     raise
-                logger.warning("%s %s: stopped before its answer", scope["method"], scope["path"])
+                logger.warning("%s %s: stopped before its answer", scope["method"], where)
                 await _answer(send, STOPPING, {"detail": "the service is stopping: ask again"})
                 return
-            logger.info("%s %s: the client left before its answer", scope["method"], scope["path"])
+            logger.info("%s %s: the client left before its answer", scope["method"], where)
             if not started:  # sends nothing to a closed connection; the log and metrics see it
                 await _answer(send, CLIENT_CLOSED, None)
         finally:
