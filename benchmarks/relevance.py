@@ -11,7 +11,9 @@ audit (books as the query, labelled by subject headings: benchmarks/relevance_bo
 topical_dev (../shared/data/similar_topical_dev.jsonl with the reader's baseline of
 ../shared/data/README.md: benchmarks/relevance_reader.py); genre (genre-and-audience queries:
 benchmarks/relevance_genre.py); authors and traps (benchmarks/relevance_authors.py).
-`--kinds` runs only those named (the default: all). Rows:
+`--kinds` runs only those named (the default: all). `--no-stemming` runs the same suite with
+PyStemmer's English stemmer replaced by the identity (the lexical heads and `bm25` read whole
+words), its served form built apart: the A/B of stemming. Rows:
 
 - `attend`: the service's defaults (ATTEND_HEADS for a search, ATTEND_SIMILAR_HEADS for more
   like this), through the service's own code (Searcher, book_ranking.similar);
@@ -102,13 +104,39 @@ def _kinds(value: str) -> list[str]:
     return [k for k in ALL_KINDS if k in kinds]
 
 
+class _Unstemmed:
+    """PyStemmer's interface, each word as it is."""
+
+    def stemWord(self, word: str) -> str:  # noqa: N802  (PyStemmer's names)
+        return word
+
+    def stemWords(self, words: Sequence[str]) -> list[str]:  # noqa: N802
+        return list(words)
+
+
+def _without_stemming() -> None:
+    """Every stemmer made from here on the identity (the service's tokenizers make theirs when
+    an index is built), and the served form in a folder of this run's: a form of stemmed
+    postings must not be read."""
+    import os
+    import tempfile
+
+    import Stemmer
+
+    Stemmer.Stemmer = lambda *_, **__: _Unstemmed()
+    os.environ["ATTEND_SERVED_DIR"] = tempfile.mkdtemp(prefix="attend-unstemmed-")
+
+
 def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     suite_arguments(parser)
     parser.add_argument("--topical-dev", type=Path, default=SHARED / FILE)
     parser.add_argument("--kinds", type=_kinds, default=list(ALL_KINDS), help="comma-separated")
     parser.add_argument("--json", type=Path, help="also write every figure here")
+    parser.add_argument("--no-stemming", action="store_true", help="words unstemmed (an A/B)")
     args = parser.parse_args(argv)
+    if args.no_stemming:
+        _without_stemming()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     results = ROOT / "benchmarks" / "results"
     results.mkdir(parents=True, exist_ok=True)
