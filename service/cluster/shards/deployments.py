@@ -37,6 +37,9 @@ T = TypeVar("T")
 NO_INDEX = 0  # the generation key of an empty database (generations count from 1)
 PING_S = 2.0  # a /readyz's wait for each shard (compose's healthcheck gives up after 3 s)
 KEEP = 3  # generations a shard replica holds at most (the router drops older ones sooner)
+# a failing generation poll (the database down) logs its traceback once, then a line at most
+# this often until it works again: a traceback at every poll filled the log
+POLL_FAILURE_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -74,11 +77,38 @@ class ShardDeployment:
             threading.Thread(target=self._poll, name="attend-shard-gens", daemon=True).start()
 
     def _poll(self) -> None:
+        failing: tuple[float, float] | None = None  # since when, and when last said
         while not self._stop.wait(self.config.generation_poll_s):
             try:
                 self.check()
-            except Exception:  # a database hiccup must not end the polling
-                logger.exception("shard %d: checking for a new generation failed", self.shard)
+            except Exception as e:  # a database hiccup must not end the polling
+                now = time.monotonic()
+                if failing is None:
+                    logger.exception("shard %d: checking for a new generation failed", self.shard)
+                    failing = (now, now)
+                elif now - failing[1] >= POLL_FAILURE_EVERY_S:
+                    logger.warning(
+                        "shard %d: checking for a new generation still fails after %.0f s: %s",
+                        self.shard,
+                        now - failing[0],
+                        type(e).__name__,
+                    )
+                    failing = (failing[0], now)
+            else:
+                if failing is not None:
+                    logger.info(
+                        "shard %d: checking for a new generation works again after %.0f s",
+                        self.shard,
+                        time.monotonic() - failing[0],
+                    )
+                failing = None
+
+    def close(self) -> None:
+        """Stop polling."""
+        self._stop.set()
+
+    def __del__(self) -> None:  # Ray Serve's hook at a replica's shutdown
+        self.close()
 
     def check(self) -> bool:
         """Load this shard's slice of the active generation if not held; True if it loaded."""
