@@ -108,7 +108,8 @@ class ShardDeployment:
         self._stop.set()
 
     def __del__(self) -> None:  # Ray Serve's hook at a replica's shutdown
-        self.close()
+        if (stop := getattr(self, "_stop", None)) is not None:  # an __init__ that failed has none
+            stop.set()
 
     def check(self) -> bool:
         """Load this shard's slice of the active generation if not held; True if it loaded."""
