@@ -1,9 +1,9 @@
 """A real `attend serve` against hostile clients over loopback sockets (issue 16, finding 1), on
 the local engine and on `--engine ray` (issue 25, finding 4): huge or numerous headers are
 refused, clients too slow with their headers or body are cut off, connections past the bound are
-closed at once, one address cannot hold them all (issue 25, finding 5), and the service answers
-everyone else meanwhile. Other clients come from other addresses of 127.0.0.0/8, which Linux
-routes to lo.
+closed at once, one address cannot hold them all (issue 25, finding 5), a client that never
+reads its answers is cut (issue 50, item 4), and the service answers everyone else meanwhile.
+Other clients come from other addresses of 127.0.0.0/8, which Linux routes to lo.
 
 Every wait here is bounded: a socket timeout a few seconds past the server's deadline, so a
 server without the deadline fails the test instead of hanging it.
@@ -33,6 +33,7 @@ BODY_TIMEOUT_S = 1.5
 MAX_CONNECTIONS = 40
 PER_CLIENT = 10  # ATTEND_MAX_CONNECTIONS_PER_CLIENT
 MAX_HEADER_BYTES = 65_536
+SEND_TIMEOUT_S = 2.0
 GRACE_S = 3.0  # a deadline is met when the server acts within this of it
 
 
@@ -54,6 +55,7 @@ def server(
         "ATTEND_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
         "ATTEND_MAX_CONNECTIONS_PER_CLIENT": str(PER_CLIENT),
         "ATTEND_MAX_HEADER_BYTES": str(MAX_HEADER_BYTES),
+        "ATTEND_SEND_TIMEOUT_S": str(SEND_TIMEOUT_S),
         "ATTEND_GENERATION_POLL_S": "0",
         "HF_HUB_OFFLINE": "1",
     }
@@ -285,3 +287,32 @@ def test_one_address_cannot_hold_every_connection(server: tuple[str, int]) -> No
     finally:
         for s in opened:
             s.close()
+
+
+def test_a_client_that_never_reads_its_answers_is_cut(server: tuple[str, int]) -> None:
+    """Four answers of 3.4 MB asked at once on one connection (pipelined) by a client with a
+    small receive window that then reads nothing: past the kernel's buffers (4 MiB here) the
+    server's own buffer fills, and SEND_TIMEOUT_S later it cuts the connection, freeing what it
+    held; the client gets a part of the answers, not all of them."""
+    body = json.dumps({"queries": [f"dragons and wizards {i}" for i in range(64)], "k": 100})
+    request = (
+        b"POST /search HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+    )
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+    s.settimeout(60)
+    with contextlib.closing(s):
+        s.connect(server)
+        s.sendall(request * 4)
+        time.sleep(4 * SEND_TIMEOUT_S + GRACE_S)  # answers made, nothing read
+        got = b""
+        with contextlib.suppress(ConnectionError):
+            while chunk := s.recv(1 << 20):
+                got += chunk
+    assert got.startswith(b"HTTP/1.1 200"), got[:200]
+    head = got.partition(b"\r\n\r\n")[0].lower()
+    length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
+    assert length > 3_000_000
+    assert len(got) < 3 * length, len(got)  # cut: the last answers were never sent whole
+    _healthy(server)

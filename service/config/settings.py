@@ -121,6 +121,14 @@ class ServiceSettings(StoreSettings, RaySettings, RunSettings, RankingSettings):
     keep_alive_s: int = Field(
         5, ge=1, le=3600, description="An idle keep-alive connection is closed after this long."
     )
+    send_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="A client must take some of its answer within this many seconds once the "
+        "connection's output buffer is full, else the connection is cut and the buffer freed "
+        "(a client that never reads held its whole answer in memory).",
+    )
     shutdown_s: int = Field(
         8,
         ge=1,
