@@ -99,7 +99,7 @@ class ServiceSettings(StoreSettings, RaySettings, RunSettings, RankingSettings):
         ge=1024,
         le=16_777_216,
         description="Largest request line plus headers `attend serve` reads; a larger one is "
-        "refused with 431 (service/api/server.py).",
+        "refused with 431 (service/api/bounded_h11.py).",
     )
     max_headers: int = Field(
         100, ge=8, le=10_000, description="Most header fields in a request; more: 431."
