@@ -6,8 +6,10 @@ in ATTEND_SHARD_TIMEOUT_S with a 503, not a hang, and they are answered again on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -44,6 +46,7 @@ _NOT_COMPARED = {"results", "entropy", "match_strength"}  # floats: compared app
 # (25 on the description head). A share of 2.6e-5 came out 3.7e-6 relative apart.
 _EXP = 1e-5  # relative, for what went through a softmax
 SHARD_TIMEOUT_S = 3
+SERVER_PID: dict[str, int] = {}  # the module's `attend serve --engine ray` (the fixture's)
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +72,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
         stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
+    SERVER_PID["pid"] = proc.pid
     try:
         deadline = time.monotonic() + 150
         while True:
@@ -230,22 +234,45 @@ def test_sharded_service_follows_a_reindex(served: tuple[str, str], tmp_path: Pa
             )
 
 
-def _shard_replica(name: str) -> int:
-    """The pid of the Ray Serve replica process of the deployment `name` (its process title)."""
+def _descendants(root: int) -> set[int]:
+    """The pids of every process under `root` (its children, theirs, …)."""
+    parent: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            try:
-                title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if title.startswith("ray::ServeReplica") and f":{name} " in f"{title} ":
-                return int(entry.name)
-    raise AssertionError(f"no Ray Serve replica process of {name}")
+            with contextlib.suppress(OSError):
+                # "pid (comm) state ppid …": comm may hold spaces, so split after its ")"
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                parent[int(entry.name)] = int(stat[1])
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        for child, ppid in parent.items():
+            if ppid == pid and child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _shard_replica(server: int, name: str) -> int:
+    """The pid of the Ray Serve replica process of the deployment `name` under the server
+    process `server` (its Ray's workers are its descendants; another test's Ray may run beside
+    it): its process title, `ray::ServeReplica:<app>:<name>`, then `.<method>` while it runs
+    one."""
+    title = re.compile(rf"^ray::ServeReplica:[^:]+:{re.escape(name)}(?:\.|\s|$)")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for pid in _descendants(server):
+            with contextlib.suppress(OSError):
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                if title.match(cmdline):
+                    return pid
+        time.sleep(0.5)
+    raise AssertionError(f"no Ray Serve replica process of {name} under {server}")
 
 
 def test_a_stopped_shard_fails_searches_fast_and_they_come_back(served: tuple[str, str]) -> None:
     _, base = served
-    pid = _shard_replica("shard-1")
+    pid = _shard_replica(SERVER_PID["pid"], "shard-1")
     os.kill(pid, signal.SIGSTOP)  # frozen: its process holds the connection and never answers
     try:
         with httpx.Client(base_url=base, timeout=60) as client:
