@@ -203,6 +203,16 @@ class ShardDeployment:
         return shard.keys_of(rows, fields), list(self.held)
 
 
+def _within(response: DeploymentResponse[Any], timeout_s: float, name: str) -> Any:
+    """The shard's answer to `response`, awaited `timeout_s` at most, else the request is
+    cancelled and ShardTimeoutError raised."""
+    try:
+        return response.result(timeout_s=timeout_s)
+    except TimeoutError:
+        response.cancel()  # type: ignore[no-untyped-call]
+        raise ShardTimeoutError(f"{name} did not answer within {timeout_s:g} s") from None
+
+
 class _Reply(Generic[T]):
     """A shard's answer on its way, at the generation the router asked for, awaited at most
     `timeout_s` seconds."""
@@ -219,13 +229,7 @@ class _Reply(Generic[T]):
         self.timeout_s = timeout_s
 
     def result(self) -> T:
-        try:
-            answer, held = self.response.result(timeout_s=self.timeout_s)
-        except TimeoutError:
-            self.response.cancel()  # type: ignore[no-untyped-call]
-            raise ShardTimeoutError(
-                f"{self.name} did not answer within {self.timeout_s:g} s; retry shortly"
-            ) from None
+        answer, held = _within(self.response, self.timeout_s, self.name)
         if answer is None:
             raise ShardsOutOfStepError(
                 f"{self.name} does not hold generation {self.generation} (it holds {held}): "
@@ -268,13 +272,11 @@ class RayShard:
     def ping(self) -> str | None:
         """Whether a replica of the shard answers `describe` within PING_S (or the shard
         timeout, if shorter): a frozen or stopped one does not."""
-        wait = min(self.timeout_s, PING_S)
-        response = self.handle.describe.remote()
         try:
-            response.result(timeout_s=wait)
-        except TimeoutError:
-            response.cancel()  # type: ignore[no-untyped-call]
-            return f"{self.name} did not answer within {wait:g} s"
+            response = cast(DeploymentResponse[Any], self.handle.describe.remote())
+            _within(response, min(self.timeout_s, PING_S), self.name)
+        except ShardTimeoutError as e:
+            return str(e)
         return None
 
     def _reply(self, response: Any, kind: type) -> _Reply[Any]:
