@@ -10,6 +10,11 @@ the service's encoder on the B queries and one `attend` of the B queries over th
 per dense head (k = 10), the passes every search makes whatever else it does. A batch that
 shared nothing over the catalog costs B single queries; one that shared every pass reaches its
 floor. The table gives q/s of each and the searcher's q/s over the floor's.
+
+Before the rounds, `--warm` batches of B other texts run unmeasured, as a service's first
+requests do: a batch's first runs fault in the pages of its large buffers and grow the
+allocator's heap (at 1M books the first batch took about twice as long as the fifth); the
+log gives their seconds.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ def _seconds(run: Any) -> float:
     return time.perf_counter() - t0
 
 
-def measure(url: str, batch: int, rounds: int, *, profile: bool = False) -> dict[str, Any]:
+def measure(
+    url: str, batch: int, rounds: int, *, warm: int = 3, profile: bool = False
+) -> dict[str, Any]:
     from sqlalchemy import create_engine
 
     from models.attention import attend
@@ -53,6 +60,11 @@ def measure(url: str, batch: int, rounds: int, *, profile: bool = False) -> dict
     texts = [f"{q} ({angle})" for angle in ANGLES for q in QUERIES]
     options = SearchOptions(k=10)
     searcher.search_now(texts[-1:], options)  # BLAS choice, first touch
+    for w in range(warm):  # texts never measured: each a round's with a mark of its own
+        warm_s = _seconds(
+            lambda w=w: searcher.search_now([f"{t} ({w})" for t in texts[:batch]], options)
+        )
+        log(f"warm-up batch {w}: {warm_s:.3f} s")
     rows = []
     rounds = max(1, min(rounds, len(texts) // batch))  # no text asked twice
     for r in range(rounds):
@@ -105,10 +117,11 @@ def main() -> None:
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warm", type=int, default=3, help="unmeasured batches first")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    res = measure(args.database_url, args.batch, args.rounds, profile=args.profile)
+    res = measure(args.database_url, args.batch, args.rounds, warm=args.warm, profile=args.profile)
     if args.json:
         dump_json(res)
         return

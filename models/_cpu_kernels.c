@@ -9,6 +9,8 @@
  * positive_support: a scored head's support, the columns of each row's positive scores, and
  *               −inf written over the rest, in one read of the row for each, where numpy's
  *               comparisons, nonzero and masked fill read a (B, N) batch eight times.
+ * support_top:  a scored head's top k per row among the columns it holds (its support), one read
+ *               of them, where numpy's argpartition and lexsort read a row's several times.
  * sweep_entropy: the mixture's entropy −Σ w log w from the heads' kept scores in one read of
  *               them (a head of few books at those books alone), w summed a cache-sized piece
  *               of a row at a time, where torch's passes read and wrote (B, N) float64 a
@@ -415,6 +417,64 @@ static PyObject *positive_support(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+typedef struct {
+    const float *s;
+    int64_t n, k;
+    const int64_t *cols, *starts;
+    int64_t *top_col;
+    int64_t first, last; /* rows */
+} SupportTopJob;
+
+static void *support_top_rows(void *arg) {
+    SupportTopJob *job = (SupportTopJob *)arg;
+    float top[job->k];
+    for (int64_t b = job->first; b < job->last; b++) {
+        const float *x = job->s + b * job->n;
+        int64_t *out = job->top_col + b * job->k, n = 0;
+        for (int64_t i = job->starts[b]; i < job->starts[b + 1]; i++) {
+            int64_t c = job->cols[i];
+            if (n < job->k || before(x[c], c, top[job->k - 1], out[job->k - 1]))
+                keep_top(top, out, &n, job->k, x[c], c);
+        }
+        for (int64_t j = n; j < job->k; j++) out[j] = -1;
+    }
+    return NULL;
+}
+
+/* support_top(s, B, n, cols, starts, k, top_col, threads)
+ *   s       float32 (B, n) contiguous
+ *   cols    int64 row b's columns at cols[starts[b]:starts[b + 1]] (starts (B + 1,) int64)
+ *   top_col int64 (B, k): each row's k largest s among its columns, best first, the lower
+ *           column first among equal values (a top-k over the row alone orders them so), −1
+ *           past a row's columns
+ */
+static PyObject *support_top(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long ps, pcols, pstarts, ptop;
+    Py_ssize_t B, n, k;
+    int threads;
+    if (!PyArg_ParseTuple(args, "KnnKKnKi", &ps, &B, &n, &pcols, &pstarts, &k, &ptop, &threads))
+        return NULL;
+    if (B <= 0 || k <= 0 || k > MAX_K) {
+        PyErr_SetString(PyExc_ValueError, "support_top: need B > 0 and 0 < k ≤ MAX_K");
+        return NULL;
+    }
+    const int64_t *starts = (const int64_t *)(uintptr_t)pstarts;
+    threads = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    if (starts[B] - starts[0] < (1 << 18)) threads = 1;
+    if (threads > B) threads = (int)B;
+    Py_BEGIN_ALLOW_THREADS
+    SupportTopJob jobs[MAX_THREADS];
+    for (int t = 0; t < threads; t++)
+        jobs[t] = (SupportTopJob){(const float *)(uintptr_t)ps, n, k,
+                                  (const int64_t *)(uintptr_t)pcols, starts,
+                                  (int64_t *)(uintptr_t)ptop, B * t / threads,
+                                  B * (t + 1) / threads};
+    run_split(support_top_rows, jobs, sizeof(SupportTopJob), threads);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 /* ln x for float32, 8 at a time, Cephes' logf: x = m · 2^e with m in [√½, √2), a degree-9
  * polynomial for ln(1 + f), f = m − 1 (≤ 1 ulp over the normal floats). Only for x ≥ FLT_MIN. */
 INLINE v8f log_lanes(v8f x) {
@@ -607,6 +667,7 @@ static PyMethodDef methods[] = {
     {"fold_chunk", fold_chunk, METH_VARARGS, "A chunk's top k and Σ 2^x in one read."},
     {"exact_scores", exact_scores, METH_VARARGS, "The winners' q·k in float64."},
     {"positive_support", positive_support, METH_VARARGS, "A scored head's positive columns."},
+    {"support_top", support_top, METH_VARARGS, "Each row's top k among its given columns."},
     {"sweep_entropy", sweep_entropy, METH_VARARGS, "The mixture's entropy from kept scores."},
     {NULL, NULL, 0, NULL},
 };

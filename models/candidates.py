@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from models import cpu_kernels
 from models.heads import ScoredHead, TopLists, pad_right
 
 
@@ -82,6 +83,8 @@ def _support_top(
         unmasked = m[cols] if m.ndim == 1 else m[rows, cols]
         rows, cols = rows[unmasked], cols[unmasked]
     starts = np.searchsorted(rows, np.arange(B + 1))
+    fast = cpu_kernels.available() and scores.dtype == np.float32 and scores.flags.c_contiguous
+    tops = cpu_kernels.support_top(scores, cols, starts, k) if fast else None
     idx = np.full((B, k), -1, dtype=np.int64)
     weights = np.zeros((B, k), dtype=np.float64)
     raw = np.full((B, k), -math.inf, dtype=np.float64)
@@ -95,12 +98,23 @@ def _support_top(
         peak = x.max()
         lse[b] = peak + math.log(float(np.exp(x - peak).sum()))
         # the best k, best first; equal scores by column, as a top-k over the row would
-        part = np.argpartition(-x, k - 1)[:k] if len(c) > k else np.arange(len(c))
+        if tops is not None:  # in C, one read of the row's books (models/_cpu_kernels.c)
+            top = tops[b][tops[b] >= 0]
+            n = len(top)
+            idx[b, :n] = top
+            raw[b, :n] = scores[b, top]
+            weights[b, :n] = np.exp(raw[b, :n] * head.scale - lse[b])
+            continue
+        part = np.arange(len(c))
+        if len(c) > k:  # those above the k-th score, then the lowest columns tying with it
+            kth = np.partition(x, len(c) - k)[len(c) - k]
+            above = np.flatnonzero(x > kth)
+            part = np.concatenate([above, np.flatnonzero(x == kth)[: k - len(above)]])
         best = part[np.lexsort((c[part], -x[part]))]
-        n = min(k, len(best))
-        idx[b, :n] = c[best[:n]]
-        weights[b, :n] = np.exp(x[best[:n]] - lse[b])
-        raw[b, :n] = s[best[:n]]
+        n = len(best)
+        idx[b, :n] = c[best]
+        weights[b, :n] = np.exp(x[best] - lse[b])
+        raw[b, :n] = s[best]
     return (
         torch.from_numpy(idx),
         torch.from_numpy(weights),

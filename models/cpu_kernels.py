@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from models import spare_arrays
+
 logger = logging.getLogger(__name__)
 
 # The C top k inserts into a sorted list, O(k) an insertion: past this k (the mixture's deeper
@@ -146,11 +148,28 @@ def positive_support(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     _kernels.positive_support(s.ctypes.data, B, n, 0, counts.ctypes.data, 0, n_threads)
     offsets = np.zeros(B + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    cols = np.empty(int(offsets[-1]), dtype=np.int64)
+    cols = spare_arrays.empty("support.cols", (int(offsets[-1]),), np.int64)
     _kernels.positive_support(
         s.ctypes.data, B, n, offsets.ctypes.data, counts.ctypes.data, cols.ctypes.data, n_threads
     )
     return cols, counts
+
+
+def support_top(s: np.ndarray, cols: np.ndarray, starts: np.ndarray, k: int) -> np.ndarray:
+    """(B, k) int64: each row b's k largest of s (B, n) float32 C-contiguous among its columns
+    cols[starts[b]:starts[b + 1]] (int64), best first, the lower column first among equal
+    values; −1 past a row's columns."""
+    assert _kernels is not None
+    assert s.dtype == np.float32 and s.flags.c_contiguous and s.ndim == 2
+    B, n = s.shape
+    cols = np.ascontiguousarray(cols, np.int64)
+    starts = np.ascontiguousarray(starts, np.int64)
+    assert len(starts) == B + 1
+    top = np.empty((B, k), dtype=np.int64)
+    _kernels.support_top(
+        s.ctypes.data, B, n, cols.ctypes.data, starts.ctypes.data, k, top.ctypes.data, threads()
+    )
+    return top
 
 
 def sweep_entropy(

@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from models import spare_arrays
+
 
 @dataclass(frozen=True)
 class DenseHead:
@@ -46,8 +48,23 @@ class ScoredHead:
     finite: tuple[Tensor, Tensor] | None = field(default=None, compare=False, repr=False)
 
     def rows(self, rows: Tensor) -> ScoredHead:
-        """The head for the queries `rows` (R,) of its batch alone."""
-        return ScoredHead(self.scores[rows.to(self.scores.device)], self.scale)
+        """The head for the queries `rows` (R,) of its batch alone, with their part of the
+        finite scores' places where those are known (found again, they were a pass over
+        (R, N): 57 ms a query at 1M books)."""
+        finite = None
+        if self.finite is not None:
+            at, cols = self.finite
+            starts = torch.searchsorted(at, torch.arange(self.scores.shape[0] + 1))
+            parts = [cols[starts[r] : starts[r + 1]] for r in rows.tolist()]
+            sizes = torch.tensor([len(p) for p in parts], dtype=torch.long)
+            finite = (torch.repeat_interleave(torch.arange(len(parts)), sizes), torch.cat(parts))
+        at = rows.to(self.scores.device)
+        if self.scores.device.type != "cpu" or self.scores.dtype != torch.float32:
+            return ScoredHead(self.scores[at], self.scale, finite=finite)
+        shape = (len(rows), self.scores.shape[1])
+        out = torch.from_numpy(spare_arrays.empty("scored.rows", shape, np.float32))
+        torch.index_select(self.scores, 0, at, out=out)
+        return ScoredHead(out, self.scale, finite=finite)
 
     @cached_property
     def support(self) -> tuple[Tensor, Tensor] | None:

@@ -81,10 +81,15 @@ class LocalDenseHeads:
         self._scores: list[Tensor | None] = [None] * len(self.heads)  # (B, N) fp32, kept
         self._lse: list[Tensor | None] = [None] * len(self.heads)  # (B,) with the kept scores
         self._keep = True  # whether `attend_heads` keeps the raw scores it computes
+        # the rows of the kept scores that are these heads' queries (None: all of them)
+        self._at: Tensor | None = None
+        self._batch: LocalDenseHeads | None = None  # whose lent buffer the kept scores are
 
     def rows(self, rows: Tensor) -> LocalDenseHeads:
-        """These heads for the queries `rows` alone, with the rows of the scores they kept
-        (which `scores` reads); a further round keeps none of its own."""
+        """These heads for the queries `rows` alone, reading the scores the batch's heads kept
+        at those rows (`scores`, a further round's `top`), not a copy of them: a copy was a
+        fresh (R, N) per head, ~11 ms a row at 1M books in page faults alone; a further round
+        keeps none of its own."""
         at = rows.to(self.heads[0].q.device) if self.heads else rows
         mask = self.mask
         if mask is not None and mask.dim() == 2:
@@ -96,10 +101,18 @@ class LocalDenseHeads:
             chunk_size=self.chunk_size,
             offset=self.offset,
         )
-        sub._scores = [None if s is None else s[at.to(s.device)] for s in self._scores]
+        sub._scores = list(self._scores)
+        sub._at = at.cpu() if self._at is None else self._at[at.cpu()]
+        sub._batch = self._batch or self  # its buffer is lent until the batch's heads go
         sub._lse = [None if x is None else x[at.to(x.device)] for x in self._lse]
         sub._keep = False
         return sub
+
+    def _kept(self, h: int) -> Tensor:
+        """Head h's kept raw scores (B, N) of these heads' queries (a copy for a further
+        round's)."""
+        s = cast(Tensor, self._scores[h])
+        return s if self._at is None else s[self._at.to(s.device)]
 
     def _kept_buffer(self, n: int, device: torch.device) -> Tensor:
         """(n,) float32 for this object's kept scores: on the CPU the spare buffer, lent until
@@ -188,9 +201,16 @@ class LocalDenseHeads:
         top: TopLists = []
         for h, head in enumerate(self.heads):
             s, lse_h = cast(Tensor, self._scores[h]), cast(Tensor, self._lse[h])
-            if self.mask is not None:
-                s = s.masked_fill(~self.mask.to(s.device), -math.inf)
-            vals, at = s.topk(min(k, self.size), dim=-1)  # (R, k') by the float32 scores
+            at_rows = torch.arange(R) if self._at is None else self._at
+            tops = []
+            for i, r in enumerate(at_rows.tolist()):  # a view of each query's row, no copy
+                row = s[r]  # (N,)
+                if self.mask is not None:
+                    m = self.mask if self.mask.dim() == 1 else self.mask[i]
+                    row = row.masked_fill(~m.to(s.device), -math.inf)
+                tops.append(row.topk(min(k, self.size)))
+            vals = torch.stack([t.values for t in tops])  # (R, k') by the float32 scores
+            at = torch.stack([t.indices for t in tops])
             found = torch.isfinite(vals)
             idx = torch.where(found, at, -1)
             exact = exact_scores(head.q.to(head.keys.device), head.keys, at).double().cpu()
@@ -233,7 +253,11 @@ class LocalDenseHeads:
                 # the heads' attend kept every raw score: the candidates' are a gather away
                 for h in members:
                     kept = cast(Tensor, self._scores[h])
-                    s = kept.gather(1, safe.to(kept.device)).double().cpu()  # (B, C)
+                    if self._at is None:
+                        s = kept.gather(1, safe.to(kept.device))  # (B, C)
+                    else:  # a further round's queries: their rows of the batch's
+                        s = kept[self._at.to(kept.device)[:, None], safe.to(kept.device)]
+                    s = s.double().cpu()
                     out[:, :, h] = torch.where(inside, s, 0.0)
                 continue
             keys = self.heads[members[0]].keys
@@ -260,7 +284,7 @@ class LocalDenseHeads:
             # those alone: in C on the CPU where it can
             scores = self.scores(cand).to(device)
             if device.type == "cpu":
-                kept = [cast(Tensor, k) for k in self._scores]
+                kept = [self._kept(h) for h in range(Hd)]
                 ent = entropy_in_c(self.heads, kept, shift, scored, size=self.size, mask=self.mask)
             gather = None
         else:
@@ -269,7 +293,7 @@ class LocalDenseHeads:
         if ent is None:
             ent = entropy_in_chunks(
                 self.heads,
-                self._scores,
+                [None if x is None else self._kept(h) for h, x in enumerate(self._scores)],
                 shift,
                 scored,
                 size=self.size,

@@ -196,6 +196,46 @@ def test_held_scores_in_c_are_numpys_bytes(top: int, monkeypatch: pytest.MonkeyP
     assert c.dtype == numpy.dtype == np.float32 and c.tobytes() == numpy.tobytes()
 
 
+@pytest.mark.parametrize("held", [False, True])
+@pytest.mark.parametrize("top", [200, 60_000, 70_000])  # counts of 1, 2 and 4 bytes
+def test_a_batch_of_query_scores_is_bm25s_own_bytes(
+    top: int, held: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's BM25 rows, written by the C pass or by bm25s when it was not built: each row
+    the bytes bm25s's `get_scores_from_ids` gives that query alone (its terms' lists added in
+    order, a repeated term twice), zeros for a query without terms, whatever the counts' width
+    and whether the index holds its scores or computes them."""
+    from service.engine import bm25_postings
+    from service.engine.bm25_postings import Postings, lucene_bm25
+    from service.engine.bm25_queries import query_scores
+
+    rng = np.random.default_rng(2)
+    words = [f"w{i}" for i in range(300)]
+    docs = [list(rng.choice(words, size=rng.integers(0, 40))) for _ in range(500)]
+    docs[9] = ["w1"] * top
+    postings, _ = Postings.of(docs, len(docs))
+    bm25 = lucene_bm25(postings, held=held)
+    ids = postings.term_ids()
+    queries = [
+        [ids["w1"], ids["w7"]],
+        [],
+        [ids["w7"], ids["w1"], ids["w7"]],  # a term twice, another order
+        [int(t) for t in rng.choice(len(ids), size=30)],
+    ]
+    want = [bm25.get_scores_from_ids(q) if q else np.zeros(len(docs), np.float32) for q in queries]
+    for compiled in (True, False):
+        if compiled and bm25_postings.kernels() is None:
+            continue
+        if not compiled:
+            monkeypatch.setattr(bm25_postings, "_kernels", None)
+        out = np.full((len(queries), len(docs)), np.nan, np.float32)
+        query_scores(bm25, queries, out)
+        for b, row in enumerate(want):
+            assert out[b].tobytes() == row.astype(np.float32).tobytes(), (compiled, b)
+    with pytest.raises(ValueError):
+        query_scores(bm25, queries, np.empty((len(queries), len(docs)), np.float64))
+
+
 @pytest.mark.parametrize("passes", ["c", "numpy"])
 @pytest.mark.parametrize("in_order", [True, False])
 def test_moved_postings_are_the_postings_built_whole(

@@ -127,6 +127,24 @@ def test_a_head_holding_few_books_is_exact(
     torch.testing.assert_close(got.entropy, ent, rtol=1e-5, atol=1e-6)
 
 
+def test_a_scored_head_for_some_queries_keeps_their_known_finite_books() -> None:
+    """`ScoredHead.rows` of a head whose finite books were given: the chosen queries' own,
+    renumbered, as a pass over their scores would find them."""
+    g = torch.Generator().manual_seed(21)
+    B, N = 4, 500
+    scores = torch.full((B, N), -math.inf)
+    for b in range(B):
+        cols = torch.randperm(N, generator=g)[: 10 + 30 * b]
+        scores[b, cols] = torch.rand(len(cols), generator=g)
+    head = ScoredHead(scores, 1.0, finite=torch.isfinite(scores).nonzero(as_tuple=True))
+    for rows in ([1, 3], [0], [0, 1, 2, 3], [2]):
+        sub = head.rows(torch.tensor(rows))
+        want = torch.isfinite(scores[rows]).nonzero(as_tuple=True)
+        assert sub.finite is not None
+        assert torch.equal(sub.finite[0], want[0]) and torch.equal(sub.finite[1], want[1])
+        assert torch.equal(sub.scores, scores[rows])
+
+
 def test_support_is_none_for_a_head_holding_most_books() -> None:
     """Past half of (B, N) finite, the dense passes are the cheaper: no support."""
     scores = torch.zeros(2, 100)
@@ -218,11 +236,13 @@ def test_the_entropy_is_exact_in_c_and_in_torch(cpu_passes: str, mask_shape: str
     torch.testing.assert_close(got.entropy, ent, rtol=2e-6, atol=1e-6)
 
 
-def test_a_deeper_round_asks_for_the_unsettled_queries_alone() -> None:
+@pytest.mark.parametrize("known_support", [False, True])
+def test_a_deeper_round_asks_for_the_unsettled_queries_alone(known_support: bool) -> None:
     """A query whose top k the first round cannot prove (a head that spreads its weight evenly
     over 200 books: ties at every cut until the list holds them all) takes further rounds; the
     queries the first round settled are not asked again, and every query's answer is the one
-    it gets alone."""
+    it gets alone, whether the scored head's finite books were given (as the lexical head
+    gives them) or found."""
     N, d, B, k = 3000, 16, 3, 5
     g = torch.Generator().manual_seed(12)
     q = _unit(B, d, 1)
@@ -230,9 +250,10 @@ def test_a_deeper_round_asks_for_the_unsettled_queries_alone() -> None:
     for b in range(B):
         cols = torch.randperm(N, generator=g)[:200]
         flat[b, cols] = 5.0 if b == 1 else torch.rand(200, generator=g) * 10
+    finite = torch.isfinite(flat).nonzero(as_tuple=True) if known_support else None
     heads: list[DenseHead | ScoredHead] = [
         DenseHead(q, _unit(N, d, 2), 20.0),
-        ScoredHead(flat, 1.0),
+        ScoredHead(flat, 1.0, finite=finite),
     ]
     pi = torch.tensor([[0.8, 0.2], [0.0, 1.0], [0.7, 0.3]])  # the middle query: the flat head
     local = LocalDenseHeads(heads[:1], size=N)  # type: ignore[list-item]
@@ -312,3 +333,39 @@ def test_two_live_heads_keep_their_own_scores() -> None:
     c = LocalDenseHeads([DenseHead(_unit(2, d, 6), keys, 20.0)], size=N)
     c.top(5)
     assert c._scores[0] is not None and c._scores[0].data_ptr() == address
+
+
+@pytest.mark.parametrize("mask_shape", [None, "BN"])
+def test_a_scored_heads_top_takes_the_lower_columns_among_ties_at_its_cut(
+    cpu_passes: str, mask_shape: str | None
+) -> None:
+    """A head of few books whose scores tie across the k-th place (BM25 gives many books one
+    score): its top k are the larger scores, then the lowest columns among the tie, best
+    first, as a top-k over the whole row orders them; its weights and log-sum-exp those of
+    the row's softmax; in C and in numpy alike."""
+    from models.candidates import scored_top
+
+    B, N, k = 3, 400, 6
+    g = torch.Generator().manual_seed(31)
+    scores = torch.full((B, N), -math.inf)
+    for b in range(B):
+        cols = torch.randperm(N, generator=g)[: 40 + 5 * b]
+        scores[b, cols] = torch.randint(0, 4, (len(cols),), generator=g).float() + 1.0  # ties
+    scores[2, :] = -math.inf
+    scores[2, [7, 3]] = 2.0  # fewer books than k
+    mask = None
+    if mask_shape == "BN":
+        mask = torch.rand(B, N, generator=g) > 0.2
+    head = ScoredHead(scores, 0.5)
+    assert head.support is not None
+    [(idx, weights, raw)], lse = scored_top([head], k=k, mask=mask)
+    kept = scores if mask is None else scores.masked_fill(~mask, -math.inf)
+    for b in range(B):
+        finite = torch.isfinite(kept[b]).nonzero().flatten().tolist()
+        want = sorted(finite, key=lambda c: (-float(kept[b, c]), c))[:k]
+        assert idx[b].tolist() == want + [-1] * (k - len(want)), b
+        logits = 0.5 * kept[b].double()
+        torch.testing.assert_close(lse[b, 0], torch.logsumexp(logits, 0), rtol=1e-12, atol=0)
+        want_w = torch.softmax(logits, 0)[want]
+        torch.testing.assert_close(weights[b, : len(want)], want_w, rtol=1e-12, atol=0)
+        assert raw[b, : len(want)].tolist() == kept[b, want].double().tolist()

@@ -15,6 +15,12 @@
  *                 the average length move with every change), where numpy's passes wrote
  *                 five temporaries of every entry.
  *
+ * query_scores:  each query's BM25 over every row, its terms' posting lists added in order in
+ *                 float32 (bm25s's get_scores_from_ids, an np.add.at per term, byte for byte),
+ *                 into the caller's (B, N) rows: the entries computed as bm25_scores computes
+ *                 them, or read where the index holds them, with no array of a posting list's
+ *                 scores made per term and no fresh (N,) array per query.
+ *
  * The previous rows that stay must keep their order (`new_row` ascending over them), as the
  * swap's `diff_order` keeps it; the Python side sorts otherwise and does not call this.
  * Pointers come as integers (numpy's `ctypes.data`); the GIL is released while it runs.
@@ -22,6 +28,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Counts of one, two or four bytes (numpy's uint8, uint16, int32): 1 where so, else an error set. */
 static int counts_of(long long count_bytes) {
@@ -135,10 +142,70 @@ static PyObject *bm25_scores(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+#define QUERY(NAME, COUNT)                                                                     \
+    static void NAME(int64_t b, int64_t n, const int64_t *indptr, const int32_t *rows,         \
+                     const COUNT *counts, const float *idf, const double *norm,                \
+                     const float *held, const int64_t *terms, const int64_t *starts,           \
+                     float *out) {                                                             \
+        for (int64_t q = 0; q < b; q++) {                                                      \
+            float *row = out + q * n;                                                          \
+            memset(row, 0, (size_t)n * sizeof(float));                                         \
+            for (int64_t i = starts[q]; i < starts[q + 1]; i++) {                              \
+                int64_t t = terms[i];                                                          \
+                double w = held ? 0.0 : (double)idf[t];                                        \
+                for (int64_t e = indptr[t]; e < indptr[t + 1]; e++) {                          \
+                    if (held) {                                                                \
+                        row[rows[e]] += held[e];                                               \
+                    } else {                                                                   \
+                        double tf = (double)(float)counts[e];                                  \
+                        row[rows[e]] += (float)(w * (tf / (norm[rows[e]] + tf)));              \
+                    }                                                                          \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+QUERY(query_u8, uint8_t)
+QUERY(query_u16, uint16_t)
+QUERY(query_i32, int32_t)
+
+/* query_scores(B, N, count_bytes, indptr, rows, counts, idf, norm, held, terms, starts, out):
+ * held 0 when the index computes its entries; terms (Σ,) int64 each query's term ids in order,
+ * starts (B + 1,) where each query's begin; out (B, N) float32 C-contiguous. */
+static PyObject *query_scores(PyObject *self, PyObject *args) {
+    long long b, n, count_bytes;
+    unsigned long long p[9];
+    if (!PyArg_ParseTuple(args, "LLLKKKKKKKKK", &b, &n, &count_bytes, &p[0], &p[1], &p[2], &p[3],
+                          &p[4], &p[5], &p[6], &p[7], &p[8]))
+        return NULL;
+    if (!counts_of(count_bytes)) return NULL;
+    const int64_t *indptr = (const int64_t *)(uintptr_t)p[0];
+    const int32_t *rows = (const int32_t *)(uintptr_t)p[1];
+    const float *idf = (const float *)(uintptr_t)p[3];
+    const double *norm = (const double *)(uintptr_t)p[4];
+    const float *held = (const float *)(uintptr_t)p[5];
+    const int64_t *terms = (const int64_t *)(uintptr_t)p[6];
+    const int64_t *starts = (const int64_t *)(uintptr_t)p[7];
+    float *out = (float *)(uintptr_t)p[8];
+    Py_BEGIN_ALLOW_THREADS
+    if (count_bytes == 1)
+        query_u8(b, n, indptr, rows, (const uint8_t *)(uintptr_t)p[2], idf, norm, held, terms,
+                 starts, out);
+    else if (count_bytes == 2)
+        query_u16(b, n, indptr, rows, (const uint16_t *)(uintptr_t)p[2], idf, norm, held, terms,
+                  starts, out);
+    else
+        query_i32(b, n, indptr, rows, (const int32_t *)(uintptr_t)p[2], idf, norm, held, terms,
+                  starts, out);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"merge_postings", merge_postings, METH_VARARGS,
      "The previous postings' kept entries renumbered, the new ones merged in."},
     {"bm25_scores", bm25_scores, METH_VARARGS, "Every entry's BM25 score."},
+    {"query_scores", query_scores, METH_VARARGS, "Each query's BM25 over every row."},
     {NULL, NULL, 0, NULL},
 };
 

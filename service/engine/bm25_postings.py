@@ -44,6 +44,11 @@ def _load() -> ModuleType | None:
 _kernels = _load()
 
 
+def kernels() -> ModuleType | None:
+    """The compiled passes (service/engine/_postings.c), None where they were not built."""
+    return _kernels
+
+
 @dataclass(frozen=True)
 class RowMoves:
     """How one generation's rows become the next's: the previous row r is row `new_row[r]`,
@@ -299,6 +304,10 @@ class TermScores:
 
     def __len__(self) -> int:
         return len(self._rows)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What an entry's score is computed from: the counts (nnz,), idf (V,), norm (N,)."""
+        return self._counts, self._idf, self._norm
 
     def __getitem__(self, span: slice) -> np.ndarray:
         start, stop, step = span.indices(len(self._rows))

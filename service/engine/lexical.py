@@ -35,8 +35,10 @@ import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 from bm25s.tokenization import Tokenizer
 
+from models import spare_arrays
 from models.text import cjk_bigrams, normalize_text
 from service.engine.bm25_postings import Postings, RowMoves, RowTokens, lucene_bm25
+from service.engine.bm25_queries import query_scores
 
 logger = logging.getLogger(__name__)
 # Texts are tokenized this many at a time and their words numbered at once: the words of
@@ -184,13 +186,8 @@ class LexicalIndex:
 
     def scores(self, queries: Sequence[str]) -> np.ndarray:
         """(B, N) float32 BM25 scores; a row of zeros for a query with no known term."""
-        out = np.zeros((len(queries), self.size), dtype=np.float32)
-        if not self.size:
-            return out
-        for b, query in enumerate(queries):
-            terms = self.terms(query)
-            if terms:
-                out[b] = self._bm25.get_scores(terms)
+        out = spare_arrays.empty("lexical.scores", (len(queries), self.size), np.float32)
+        query_scores(self._bm25, [[self._ids[t] for t in self.terms(q)] for q in queries], out)
         return out
 
 
@@ -330,9 +327,7 @@ class LikeThisIndex:
 
     def scores(self, rows: Sequence[int]) -> np.ndarray:
         """(R, N) float32 BM25 scores of each book's text (zeros for a book without a word)."""
-        out = np.zeros((len(rows), self.size), dtype=np.float32)
-        for b, row in enumerate(rows):
-            query = self._tokens[self._starts[row] : self._starts[row + 1]].tolist()
-            if query:
-                out[b] = self._bm25.get_scores(query)
+        out = spare_arrays.empty("like_this.scores", (len(rows), self.size), np.float32)
+        own = [self._tokens[self._starts[r] : self._starts[r + 1]].tolist() for r in rows]
+        query_scores(self._bm25, own, out)
         return out

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from models import cpu_kernels
+from models import cpu_kernels, spare_arrays
 from models.heads import ScoredHead
 from service.engine.served_index import RANK_FIELD, ServedIndex
 
@@ -71,7 +71,7 @@ def rows_of(counts: np.ndarray) -> np.ndarray:
     filled per row, a Python step each: np.repeat took about three times as long over the tens
     of millions of entries a batch's lexical support holds at 1M books)."""
     ends = np.cumsum(counts)
-    rows = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.int64)
+    rows = spare_arrays.empty("support.rows", (int(ends[-1]) if len(ends) else 0,), np.int64)
     start = 0
     for b, end in enumerate(ends.tolist()):
         rows[start:end] = b
