@@ -9,14 +9,14 @@ read them rather than the keys, which a second product per head read at the cost
 from __future__ import annotations
 
 import math
-import threading
-import weakref
 from collections.abc import Sequence
 from typing import cast
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from models import spare_arrays
 from models.attention import Attention, attend
 from models.attention_chunks import exact_scores
 from models.entropy_sweep import entropy_in_c, entropy_in_chunks
@@ -28,29 +28,6 @@ from models.heads import DenseHead, ScoredHead, TopLists, pad_right
 # the first. `rows_kept` says how many queries of a batch fit; a caller with more splits the
 # batch (service/engine/query_ranking.py), which reads the keys once per part.
 KEEP_SCORES = 1 << 26
-
-
-# One buffer for the kept scores, lent to one `LocalDenseHeads` at a time and given back when
-# it is dropped: a fresh (B, N) buffer a batch cost a page fault per 4 KiB, ~25 ms a chunk of
-# (32, 524,288) here. It holds at most KEEP_SCORES floats.
-_spare: list[Tensor] = []
-_spare_lock = threading.Lock()
-
-
-def _lend(n: int) -> Tensor:
-    """(≥ n,) float32 on the CPU: the spare buffer when it is large enough, else a new one."""
-    with _spare_lock:
-        buf = _spare.pop() if _spare else None
-    if buf is None or buf.numel() < n:
-        del buf  # freed before the larger one is taken
-        buf = torch.empty(n)
-    return buf
-
-
-def _give_back(buf: Tensor) -> None:
-    with _spare_lock:
-        if not _spare or _spare[0].numel() < buf.numel():
-            _spare[:] = [buf]
 
 
 def rows_kept(heads: int, size: int) -> int:
@@ -83,7 +60,6 @@ class LocalDenseHeads:
         self._keep = True  # whether `attend_heads` keeps the raw scores it computes
         # the rows of the kept scores that are these heads' queries (None: all of them)
         self._at: Tensor | None = None
-        self._batch: LocalDenseHeads | None = None  # whose lent buffer the kept scores are
 
     def rows(self, rows: Tensor) -> LocalDenseHeads:
         """These heads for the queries `rows` alone, reading the scores the batch's heads kept
@@ -103,7 +79,6 @@ class LocalDenseHeads:
         )
         sub._scores = list(self._scores)
         sub._at = at.cpu() if self._at is None else self._at[at.cpu()]
-        sub._batch = self._batch or self  # its buffer is lent until the batch's heads go
         sub._lse = [None if x is None else x[at.to(x.device)] for x in self._lse]
         sub._keep = False
         return sub
@@ -115,13 +90,12 @@ class LocalDenseHeads:
         return s if self._at is None else s[self._at.to(s.device)]
 
     def _kept_buffer(self, n: int, device: torch.device) -> Tensor:
-        """(n,) float32 for this object's kept scores: on the CPU the spare buffer, lent until
-        this object is dropped (so no other object's attend writes over its scores)."""
+        """(n,) float32 for this object's kept scores: on the CPU the batch before's when no
+        view of it is left (models/spare_arrays.py: a fresh (B, N) a batch cost a page fault
+        per 4 KiB)."""
         if device.type != "cpu":
             return torch.empty(n, device=device)
-        buf = _lend(n)
-        weakref.finalize(self, _give_back, buf)
-        return buf[:n]
+        return torch.from_numpy(spare_arrays.empty("kept.scores", (n,), np.float32))
 
     @property
     def scales(self) -> list[float]:

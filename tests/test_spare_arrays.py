@@ -63,3 +63,30 @@ def test_small_arrays_are_plain_ones() -> None:
     where = a.ctypes.data
     b = spare_arrays.empty("t", (16,), np.float32)
     assert b.ctypes.data != where
+
+
+def test_two_batches_in_flight_keep_their_own_raw_scores() -> None:
+    """The dense heads' kept raw scores (models/local_heads.py) come from the kept array: a
+    second batch ranked while the first's heads are alive gets memory of its own, and the
+    first's scores stay its own; once the first is gone its array serves the next."""
+    from models.heads import DenseHead
+    from models.local_heads import LocalDenseHeads
+
+    g = torch.Generator().manual_seed(3)
+    B, N, d = 4, 300_000, 8  # (B, N) float32 past KEPT_FROM
+    assert B * N * 4 >= spare_arrays.KEPT_FROM
+    keys = torch.randn(N, d, generator=g)
+    qa, qb = torch.randn(B, d, generator=g), torch.randn(B, d, generator=g)
+    a = LocalDenseHeads([DenseHead(qa, keys, 1.0)], size=N)
+    a.top(5)
+    b = LocalDenseHeads([DenseHead(qb, keys, 1.0)], size=N)
+    b.top(5)
+    sa, sb = a._scores[0], b._scores[0]
+    assert sa is not None and sb is not None
+    assert not np.shares_memory(sa.numpy(), sb.numpy())
+    torch.testing.assert_close(sa, qa @ keys.T, rtol=1e-4, atol=1e-4)
+    where = sa.data_ptr()
+    del a, sa
+    c = LocalDenseHeads([DenseHead(qb, keys, 1.0)], size=N)
+    c.top(5)
+    assert c._scores[0] is not None and c._scores[0].data_ptr() == where
