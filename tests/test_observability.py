@@ -188,3 +188,28 @@ def test_cors_allows_the_configured_origins(demo_database_url: str) -> None:
         assert r.headers["access-control-allow-origin"] == "https://books.example"
         other = c.get("/healthz", headers={"Origin": "https://evil.example"})
         assert "access-control-allow-origin" not in other.headers
+
+
+def test_a_slow_scrape_does_not_hold_the_other_requests(demo_database_url: str) -> None:
+    """/metrics reads every gauge and renders the text off the event loop: a scrape whose
+    gauge takes 0.6 s leaves /healthz answered meanwhile."""
+    import threading
+    import time
+
+    settings = ServiceSettings(database_url=demo_database_url, device="cpu")
+    app = create_app(settings, encoder=FakeEncoder())
+
+    def slow() -> float:
+        time.sleep(0.6)
+        return 1.0
+
+    app.state.metrics.gauge("attend_test_slow", "A gauge read slowly.", slow)
+    with TestClient(app) as c:
+        scrape = threading.Thread(target=lambda: c.get("/metrics"))
+        scrape.start()
+        time.sleep(0.15)  # the scrape is reading the slow gauge
+        t0 = time.perf_counter()
+        assert c.get("/healthz").status_code == 200
+        took = time.perf_counter() - t0
+        scrape.join()
+    assert took < 0.3, took

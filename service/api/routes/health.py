@@ -73,7 +73,9 @@ async def readyz(
     response_class=Response,
     responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},
 )
-async def metrics(metrics: MetricsDep) -> Response:
+def metrics(metrics: MetricsDep) -> Response:
     """Prometheus metrics: requests and latency by route and status, search batch sizes,
     catalog size, index generation, re-index progress."""
+    # a plain def: FastAPI runs it on its thread pool, so a scrape (every gauge read, the text
+    # rendered) never holds the event loop that answers the other requests
     return Response(metrics.render(), media_type=CONTENT_TYPE)
