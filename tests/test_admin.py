@@ -307,3 +307,35 @@ def test_an_admin_reindex_runs_with_the_apps_settings_not_the_environment(
     assert done["state"] == "succeeded", done
     assert (done["report"]["removed"], done["report"]["rejected"]) == (25, 1)
     assert done["progress"]["total"] == 5
+
+
+def test_a_gzip_upload_is_bounded_decompressed_and_a_broken_one_is_named(indexed: Engine) -> None:
+    """A gzipped upload (known by its bytes, whatever its name) is bounded by
+    ATTEND_MAX_UPLOAD_BYTES as it decompresses too: a small body that inflates past the limit
+    is a 413 naming it and starts no job, one that stays under it is indexed, and a broken one
+    is a 422 naming the file; never a 500."""
+    import gzip
+
+    limit = 4_000
+    settings = _settings(indexed, admin_token=TOKEN, generation_poll_s=0, max_upload_bytes=limit)
+    small = _catalog_upload(20)  # ~1.2 kB
+    over = _catalog_upload(200)  # ~12 kB inflated, ~1 kB as gzip
+    under = small + b"\n" * (limit - len(small))  # exactly the limit, inflated
+    assert len(gzip.compress(over)) < limit and len(under) == limit
+    with TestClient(create_app(settings, encoder=FakeEncoder())) as client:
+
+        def upload(body: bytes) -> Any:
+            files = {"catalog": ("books.jsonl", gzip.compress(body))}
+            return client.post("/admin/reindex", files=files, headers=AUTH)
+
+        r = upload(over)
+        assert r.status_code == 413, r.text
+        assert "4,000 bytes" in r.json()["detail"] and "books.jsonl" in r.json()["detail"]
+        assert upload(under + b"\n").status_code == 413  # one byte past
+        assert client.get("/healthz").json()["generation"] == 1  # no job ran
+        broken = {"catalog": ("books.jsonl", gzip.compress(small)[:-12])}
+        r = client.post("/admin/reindex", files=broken, headers=AUTH)
+        assert r.status_code == 422 and "books.jsonl" in r.json()["detail"], r.text
+        r = upload(under)
+        assert r.status_code == 202, r.text
+        assert _wait_job(client, r.json()["id"])["state"] == "succeeded"

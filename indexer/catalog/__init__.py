@@ -30,7 +30,13 @@ from typing import IO
 from indexer.catalog.columns import ColumnNames
 from indexer.catalog.formats import FORMATS, as_utf8, catalog_format, copy_decoded, refine
 from indexer.catalog.jsonl_records import MAX_DEPTH
-from indexer.catalog.records import CatalogError, CatalogHeaderError, CatalogRecord, InvalidRow
+from indexer.catalog.records import (
+    CatalogError,
+    CatalogHeaderError,
+    CatalogRecord,
+    CatalogTooLargeError,
+    InvalidRow,
+)
 from indexer.catalog.rows import MAX_ID_CHARS, MAX_LANGUAGE_CHARS, is_valid_id
 from indexer.catalog.scan import CatalogCheck, CatalogScan
 
@@ -45,6 +51,7 @@ __all__ = [
     "CatalogHeaderError",
     "CatalogRecord",
     "CatalogSnapshot",
+    "CatalogTooLargeError",
     "ColumnNames",
     "InvalidRow",
     "catalog_format",
@@ -135,7 +142,10 @@ class CatalogSnapshot:
         max_row_bytes: int = MAX_ROW_BYTES,
         columns: dict[str, str] | None = None,
         encoding: str | None = None,
+        max_bytes: int | None = None,
     ) -> CatalogSnapshot:
+        """`max_bytes`: what the file may hold decoded (an upload's bound, which a gzip body
+        could otherwise inflate past many times over); `CatalogTooLargeError` past it."""
         file.seek(0)
         head = file.read(4)
         file.seek(0)
@@ -143,7 +153,7 @@ class CatalogSnapshot:
         if head.startswith((b"\x1f\x8b", b"\xff\xfe", b"\xfe\xff")):  # gzip, UTF-16
             copy = tempfile.TemporaryFile()  # noqa: SIM115  # closed by close()
             try:
-                notices = copy_decoded(file, copy, name)
+                notices = copy_decoded(file, copy, name, max_bytes=max_bytes)
             except BaseException:
                 copy.close()
                 raise

@@ -25,7 +25,7 @@ from typing import IO, cast
 
 import charset_normalizer
 
-from indexer.catalog.records import CatalogError
+from indexer.catalog.records import CatalogError, CatalogTooLargeError
 
 FORMATS = {
     ".jsonl": "jsonl",
@@ -71,10 +71,22 @@ def catalog_format(name: str | Path) -> str:
     return FORMATS[suffix]
 
 
-def copy_decoded(source: IO[bytes], dest: IO[bytes], name: str) -> list[str]:
+def copy_decoded(
+    source: IO[bytes], dest: IO[bytes], name: str, *, max_bytes: int | None = None
+) -> list[str]:
     """Copy `source` into `dest` as UTF-8 text's bytes: gunzipped when it is gzip, converted
-    when it is UTF-16 with a byte-order mark. What was done, as notices."""
+    when it is UTF-16 with a byte-order mark. What was done, as notices. Past `max_bytes`
+    written, `CatalogTooLargeError` (what was written stays for the caller to drop)."""
     notices = []
+    written = 0
+
+    def write(data: bytes) -> None:
+        nonlocal written
+        written += len(data)
+        if max_bytes is not None and written > max_bytes:
+            raise CatalogTooLargeError(name, max_bytes)
+        dest.write(data)
+
     head = _peek(source, 2)
     if head == _GZIP:
         source = cast(IO[bytes], gzip.GzipFile(fileobj=source, mode="rb"))
@@ -84,7 +96,7 @@ def copy_decoded(source: IO[bytes], dest: IO[bytes], name: str) -> list[str]:
         if head.startswith(_UTF16_BOMS):
             reader = codecs.getreader("utf-16")(source)  # strict
             while text := reader.read(_CHUNK):
-                dest.write(text.encode("utf-8", "surrogatepass"))
+                write(text.encode("utf-8", "surrogatepass"))
             notices.append(f"{name}: read as UTF-16 (its byte-order mark), converted to UTF-8")
         else:
             if _utf16_without_bom(head):
@@ -94,7 +106,7 @@ def copy_decoded(source: IO[bytes], dest: IO[bytes], name: str) -> list[str]:
                     "UTF-8 (or UTF-16 with a BOM)",
                 )
             while chunk := source.read(_CHUNK):
-                dest.write(chunk)
+                write(chunk)
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
         raise CatalogError([], f"{name}: not a readable gzip file ({e or 'cut short'})") from None
     except UnicodeDecodeError as e:

@@ -1,5 +1,6 @@
 """What reading a catalog yields: a book (`CatalogRecord`), a row that is not one
-(`InvalidRow`), and the errors that stop a run (`CatalogError`, `CatalogHeaderError`)."""
+(`InvalidRow`), and the errors that stop a run (`CatalogError`, `CatalogHeaderError`,
+`CatalogTooLargeError`)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,13 @@ class CatalogError(ValueError):
             more = f"\n  … and {len(rows) - 20} more" if len(rows) > 20 else ""
             message = f"{len(rows)} invalid row(s):\n  {shown}{more}"
         super().__init__(message)
+
+
+class CatalogTooLargeError(CatalogError):
+    """A catalog whose bytes, decoded (a gzip upload inflated), pass the limit its reader set."""
+
+    def __init__(self, name: str, limit: int):
+        super().__init__([], f"{name}: larger than the limit of {limit:,} bytes once decompressed")
 
 
 class CatalogHeaderError(CatalogError):

@@ -27,6 +27,7 @@ from service.engine.exceptions import (
     JobNotFoundError,
     JobRunningError,
     NotReadyError,
+    UploadTooLargeError,
     WriterBusyError,
 )
 
@@ -206,6 +207,7 @@ _STATUS: dict[type[Exception], int] = {
     JobRunningError: 409,
     WriterBusyError: 409,
     BadCatalogRequestError: 422,
+    UploadTooLargeError: 413,
     OverBudgetError: 422,
     IndexEmptyError: 503,
     ExplanationUnavailableError: 503,

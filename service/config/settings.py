@@ -92,7 +92,8 @@ class ServiceSettings(StoreSettings, RaySettings, RunSettings, RankingSettings):
         268_435_456,
         ge=1,
         description="Largest request body under /admin/ (catalog uploads, behind the admin "
-        "token); everywhere else ATTEND_MAX_BODY_BYTES applies.",
+        "token), and the most a gzip upload may hold decompressed; everywhere else "
+        "ATTEND_MAX_BODY_BYTES applies.",
     )
     max_header_bytes: int = Field(
         65_536,

@@ -39,6 +39,10 @@ class BadCatalogRequestError(ValueError):
     """A re-index request names no usable catalog."""
 
 
+class UploadTooLargeError(ValueError):
+    """An uploaded catalog larger, decompressed, than the bound on uploads."""
+
+
 class ExplanationUnavailableError(RuntimeError):
     def __init__(self) -> None:
         super().__init__("this service's encoder gives no token embeddings to explain with")

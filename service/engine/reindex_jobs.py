@@ -10,13 +10,11 @@ past that, and for a whole re-index while a job runs or is queued, 409."""
 
 from __future__ import annotations
 
-import json
 import logging
-import tempfile
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +30,7 @@ from indexer.settings import IndexSettings
 from models.encoder import Encoder
 from service.engine.database_errors import Reporter, is_database_error
 from service.engine.exceptions import JobRunningError
+from service.engine.job_catalogs import books_catalog, upload_catalog
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +135,7 @@ class ReindexJobs:
         with self._lock:
             if self._busy() is not None:
                 return self._queue(books, name=name)
-        snapshot = self._books_file(list(books), name=name)
+        snapshot = self._books(books, name=name)
         with self._lock:
             if self._busy() is None:
                 return self._begin(Job(uuid.uuid4().hex, name, snapshot, True, False, True))
@@ -183,18 +182,8 @@ class ReindexJobs:
         self._thread.start()
         return job
 
-    def _books_file(self, books: list[dict[str, Any]], *, name: str) -> CatalogSnapshot:
-        """`books` as a JSONL catalog the job owns (an anonymous file, which closing deletes)."""
-        f = tempfile.TemporaryFile()  # noqa: SIM115  # the job closes it, which deletes it
-        try:
-            for book in books:
-                line = json.dumps(book, ensure_ascii=False).encode("utf-8", "surrogatepass")
-                f.write(line + b"\n")
-            f.seek(0)
-            return CatalogSnapshot.adopt(f, name=name, max_row_bytes=self.settings.max_row_bytes)
-        except BaseException:
-            f.close()
-            raise
+    def _books(self, books: Iterable[dict[str, Any]], *, name: str) -> CatalogSnapshot:
+        return books_catalog(books, name=name, max_row_bytes=self.settings.max_row_bytes)
 
     def submit_upload(
         self,
@@ -204,11 +193,13 @@ class ReindexJobs:
         keep_missing: bool,
         skip_invalid: bool,
         allow_mass_delete: bool,
+        max_bytes: int | None = None,
     ) -> Job:
         """Start a job over an uploaded catalog: `file`, an anonymous temporary file the job owns
         (it closes it, which deletes it), read with the app's row bound. A gzip or UTF-16 upload
-        is decoded here first: call it off the event loop."""
-        snapshot = CatalogSnapshot.adopt(file, name=name, max_row_bytes=self.settings.max_row_bytes)
+        is decoded here first, to `max_bytes` at most: call it off the event loop."""
+        rows = self.settings.max_row_bytes
+        snapshot = upload_catalog(file, name=name, max_row_bytes=rows, max_bytes=max_bytes)
         return self.submit(
             snapshot,
             catalog=name,
@@ -282,7 +273,7 @@ class ReindexJobs:
             if job is None or self._closing:
                 return
             try:
-                job.path = self._books_file(list((job.books or {}).values()), name=job.catalog)
+                job.path = self._books((job.books or {}).values(), name=job.catalog)
             except Exception as e:  # a full disk: the job fails, the next write starts anew
                 logger.warning("queued write job %s could not start: %s", job.id, e)
                 job.error, job.state = f"its books could not be written: {e}", FAILED

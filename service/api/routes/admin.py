@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
-from service.api.deps import AdminDep, JobsDep
+from service.api.deps import AdminDep, JobsDep, SettingsDep
 from service.api.error_handlers import NESTED_TOO_DEEP
 from service.api.ops_schemas import JobOut, ReindexRequest, job_out
 from service.engine.exceptions import BadCatalogRequestError, JobNotFoundError
@@ -47,10 +47,12 @@ _UPLOAD_BODY = {
     openapi_extra={"requestBody": _UPLOAD_BODY},
     responses={409: {"description": "A job is already running."}},
 )
-async def reindex(request: Request, response: Response, jobs: JobsDep) -> JobOut:
+async def reindex(
+    request: Request, response: Response, jobs: JobsDep, settings: SettingsDep
+) -> JobOut:
     """Re-index from a catalog path on the server (JSON) or an uploaded file (multipart)."""
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        job = await _submit_upload(request, jobs)
+        job = await _submit_upload(request, jobs, settings.max_upload_bytes)
     else:
         try:
             body = ReindexRequest.model_validate_json(await request.body())
@@ -87,9 +89,10 @@ def get_job(job_id: str, jobs: JobsDep) -> JobOut:
 _FLAGS = ("keep_missing", "skip_invalid", "allow_mass_delete")
 
 
-async def _submit_upload(request: Request, jobs: ReindexJobs) -> Job:
+async def _submit_upload(request: Request, jobs: ReindexJobs, max_bytes: int) -> Job:
     """A job over the uploaded catalog (saved to an anonymous temporary file, which no crash
-    leaves behind), with the flags of _FLAGS given as form fields."""
+    leaves behind), with the flags of _FLAGS given as form fields; decompressed, it may hold
+    `max_bytes` (the body's own bound)."""
     async with request.form() as form:
         upload = form.get("catalog")
         if not isinstance(upload, UploadFile):
@@ -114,7 +117,7 @@ async def _submit_upload(request: Request, jobs: ReindexJobs) -> Job:
             except BaseException:
                 f.close()
                 raise
-            return jobs.submit_upload(f, name=name, **flags)
+            return jobs.submit_upload(f, name=name, max_bytes=max_bytes, **flags)
 
         return await run_in_threadpool(save)
 
