@@ -103,15 +103,31 @@ static PyObject *merge_postings(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(written);
 }
 
+/* A BM25 index's arrays (pointers as numpy's `ctypes.data` integers, in this order). */
+typedef struct {
+    const int64_t *indptr;
+    const int32_t *rows;
+    const void *counts; /* uint8, uint16 or int32: count_bytes says */
+    const float *idf;
+    const double *norm;
+} Bm25;
+
+static Bm25 bm25_of(const unsigned long long *p) {
+    return (Bm25){(const int64_t *)(uintptr_t)p[0], (const int32_t *)(uintptr_t)p[1],
+                  (const void *)(uintptr_t)p[2], (const float *)(uintptr_t)p[3],
+                  (const double *)(uintptr_t)p[4]};
+}
+
+/* Entry e's Lucene BM25 score: idf · (tf / (norm[row] + tf)) in float64, rounded once. */
+#define ENTRY(x, COUNT, w, e)                                                                  \
+    ((float)((w) * ((double)(float)((const COUNT *)(x).counts)[e] /                            \
+                    ((x).norm[(x).rows[e]] + (double)(float)((const COUNT *)(x).counts)[e]))))
+
 #define SCORES(NAME, COUNT)                                                                    \
-    static void NAME(int64_t v, const int64_t *indptr, const int32_t *rows, const COUNT *counts, \
-                     const float *idf, const double *norm, float *out) {                       \
+    static void NAME(int64_t v, Bm25 x, float *out) {                                          \
         for (int64_t t = 0; t < v; t++) {                                                      \
-            double w = (double)idf[t];                                                         \
-            for (int64_t e = indptr[t]; e < indptr[t + 1]; e++) {                              \
-                double tf = (double)(float)counts[e];                                          \
-                out[e] = (float)(w * (tf / (norm[rows[e]] + tf)));                             \
-            }                                                                                  \
+            double w = (double)x.idf[t];                                                       \
+            for (int64_t e = x.indptr[t]; e < x.indptr[t + 1]; e++) out[e] = ENTRY(x, COUNT, w, e); \
         }                                                                                      \
     }
 
@@ -126,41 +142,27 @@ static PyObject *bm25_scores(PyObject *self, PyObject *args) {
                           &p[5]))
         return NULL;
     if (!counts_of(count_bytes)) return NULL;
-    const int64_t *indptr = (const int64_t *)(uintptr_t)p[0];
-    const int32_t *rows = (const int32_t *)(uintptr_t)p[1];
-    const float *idf = (const float *)(uintptr_t)p[3];
-    const double *norm = (const double *)(uintptr_t)p[4];
+    Bm25 x = bm25_of(p);
     float *out = (float *)(uintptr_t)p[5];
     Py_BEGIN_ALLOW_THREADS
-    if (count_bytes == 1)
-        scores_u8(v, indptr, rows, (const uint8_t *)(uintptr_t)p[2], idf, norm, out);
-    else if (count_bytes == 2)
-        scores_u16(v, indptr, rows, (const uint16_t *)(uintptr_t)p[2], idf, norm, out);
-    else
-        scores_i32(v, indptr, rows, (const int32_t *)(uintptr_t)p[2], idf, norm, out);
+    if (count_bytes == 1) scores_u8(v, x, out);
+    else if (count_bytes == 2) scores_u16(v, x, out);
+    else scores_i32(v, x, out);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
 #define QUERY(NAME, COUNT)                                                                     \
-    static void NAME(int64_t b, int64_t n, const int64_t *indptr, const int32_t *rows,         \
-                     const COUNT *counts, const float *idf, const double *norm,                \
-                     const float *held, const int64_t *terms, const int64_t *starts,           \
-                     float *out) {                                                             \
+    static void NAME(int64_t b, int64_t n, Bm25 x, const float *held, const int64_t *terms,    \
+                     const int64_t *starts, float *out) {                                      \
         for (int64_t q = 0; q < b; q++) {                                                      \
             float *row = out + q * n;                                                          \
             memset(row, 0, (size_t)n * sizeof(float));                                         \
             for (int64_t i = starts[q]; i < starts[q + 1]; i++) {                              \
                 int64_t t = terms[i];                                                          \
-                double w = held ? 0.0 : (double)idf[t];                                        \
-                for (int64_t e = indptr[t]; e < indptr[t + 1]; e++) {                          \
-                    if (held) {                                                                \
-                        row[rows[e]] += held[e];                                               \
-                    } else {                                                                   \
-                        double tf = (double)(float)counts[e];                                  \
-                        row[rows[e]] += (float)(w * (tf / (norm[rows[e]] + tf)));              \
-                    }                                                                          \
-                }                                                                              \
+                double w = held ? 0.0 : (double)x.idf[t];                                      \
+                for (int64_t e = x.indptr[t]; e < x.indptr[t + 1]; e++)                        \
+                    row[x.rows[e]] += held ? held[e] : ENTRY(x, COUNT, w, e);                  \
             }                                                                                  \
         }                                                                                      \
     }
@@ -170,8 +172,9 @@ QUERY(query_u16, uint16_t)
 QUERY(query_i32, int32_t)
 
 /* query_scores(B, N, count_bytes, indptr, rows, counts, idf, norm, held, terms, starts, out):
- * held 0 when the index computes its entries; terms (Σ,) int64 each query's term ids in order,
- * starts (B + 1,) where each query's begin; out (B, N) float32 C-contiguous. */
+ * held 0 when the index computes its entries (else counts, idf and norm may be 0); terms (Σ,)
+ * int64 each query's term ids in order, starts (B + 1,) where each query's begin; out (B, N)
+ * float32 C-contiguous. */
 static PyObject *query_scores(PyObject *self, PyObject *args) {
     long long b, n, count_bytes;
     unsigned long long p[9];
@@ -179,24 +182,15 @@ static PyObject *query_scores(PyObject *self, PyObject *args) {
                           &p[4], &p[5], &p[6], &p[7], &p[8]))
         return NULL;
     if (!counts_of(count_bytes)) return NULL;
-    const int64_t *indptr = (const int64_t *)(uintptr_t)p[0];
-    const int32_t *rows = (const int32_t *)(uintptr_t)p[1];
-    const float *idf = (const float *)(uintptr_t)p[3];
-    const double *norm = (const double *)(uintptr_t)p[4];
+    Bm25 x = bm25_of(p);
     const float *held = (const float *)(uintptr_t)p[5];
     const int64_t *terms = (const int64_t *)(uintptr_t)p[6];
     const int64_t *starts = (const int64_t *)(uintptr_t)p[7];
     float *out = (float *)(uintptr_t)p[8];
     Py_BEGIN_ALLOW_THREADS
-    if (count_bytes == 1)
-        query_u8(b, n, indptr, rows, (const uint8_t *)(uintptr_t)p[2], idf, norm, held, terms,
-                 starts, out);
-    else if (count_bytes == 2)
-        query_u16(b, n, indptr, rows, (const uint16_t *)(uintptr_t)p[2], idf, norm, held, terms,
-                  starts, out);
-    else
-        query_i32(b, n, indptr, rows, (const int32_t *)(uintptr_t)p[2], idf, norm, held, terms,
-                  starts, out);
+    if (count_bytes == 1) query_u8(b, n, x, held, terms, starts, out);
+    else if (count_bytes == 2) query_u16(b, n, x, held, terms, starts, out);
+    else query_i32(b, n, x, held, terms, starts, out);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
