@@ -44,6 +44,12 @@ def empty(purpose: str, shape: tuple[int, ...], dtype: np.dtype | type) -> np.nd
         return fresh.view(dt).reshape(shape)
 
 
+def kept_bytes() -> int:
+    """The bytes the kept arrays hold (in use or not)."""
+    with _lock:
+        return sum(a.nbytes for a in _kept.values())
+
+
 def release() -> None:
     """Forget every kept array (each is freed once no view of it is left): a reloader
     retiring a generation, a test."""

@@ -90,3 +90,14 @@ def test_two_batches_in_flight_keep_their_own_raw_scores() -> None:
     c = LocalDenseHeads([DenseHead(qb, keys, 1.0)], size=N)
     c.top(5)
     assert c._scores[0] is not None and c._scores[0].data_ptr() == where
+
+
+def test_a_swap_lets_the_kept_arrays_go() -> None:
+    """After a swap (`release_freed_memory`) no array sized for the old generation is kept."""
+    from service.engine.reloader import release_freed_memory
+
+    a = spare_arrays.empty("t", BIG, np.float32)
+    assert spare_arrays.kept_bytes() == a.nbytes
+    del a
+    release_freed_memory()
+    assert spare_arrays.kept_bytes() == 0

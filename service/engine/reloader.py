@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from indexer import db, loaded_index, store
 from indexer.schema import Generation
+from models import spare_arrays
 from service.engine.searcher import Searcher
 from service.engine.served_index import ServedIndex
 
@@ -63,10 +64,12 @@ def release_freed_memory() -> None:
     keeps freed pages in its arenas for reuse, so each swap (a new index's keys, filter columns
     and BM25 index beside the old ones, then the old freed) left the process larger by what the
     heap could not give back; malloc_trim(0) returns every free page. A no-op where there is no
-    glibc."""
+    glibc. The batches' kept arrays (models/spare_arrays.py), sized for the last generation's
+    books, are let go too: the next batches make them for the new one."""
     gc.collect()  # the frozen objects are skipped: this walks what came since the last freeze
     if gc.get_freeze_count():
         gc.freeze()
+    spare_arrays.release()
     return_free_heap()
 
 
