@@ -83,7 +83,12 @@ def _support_top(
         unmasked = m[cols] if m.ndim == 1 else m[rows, cols]
         rows, cols = rows[unmasked], cols[unmasked]
     starts = np.searchsorted(rows, np.arange(B + 1))
-    fast = cpu_kernels.available() and scores.dtype == np.float32 and scores.flags.c_contiguous
+    fast = (
+        cpu_kernels.available()
+        and k <= cpu_kernels.SUPPORT_MAX_K
+        and scores.dtype == np.float32
+        and scores.flags.c_contiguous
+    )
     tops = cpu_kernels.support_top(scores, cols, starts, k) if fast else None
     idx = np.full((B, k), -1, dtype=np.int64)
     weights = np.zeros((B, k), dtype=np.float64)

@@ -361,3 +361,24 @@ def test_a_scored_heads_top_takes_the_lower_columns_among_ties_at_its_cut(
         want_w = torch.softmax(logits, 0)[want]
         torch.testing.assert_close(weights[b, : len(want)], want_w, rtol=1e-12, atol=0)
         assert raw[b, : len(want)].tolist() == kept[b, want].double().tolist()
+
+
+def test_a_scored_heads_top_past_the_c_passes_k_is_numpys() -> None:
+    """A wide ranking (a sorted or faceted search asks its heads for thousands of books) past
+    what the C top k takes goes to numpy's partition, with the same order: larger scores
+    first, the lower column among ties."""
+    from models.candidates import scored_top
+
+    N, k = 12000, 4097  # past the C pass's 4,096: it refuses such a k (ValueError)
+    g = torch.Generator().manual_seed(41)
+    scores = torch.full((2, N), -math.inf)
+    for b in range(2):
+        cols = torch.randperm(N, generator=g)[:5000]
+        scores[b, cols] = torch.randint(0, 50, (5000,), generator=g).float()
+    head = ScoredHead(scores, 1.0)
+    assert head.support is not None
+    [(idx, _, _)], _ = scored_top([head], k=k, mask=None)
+    for b in range(2):
+        finite = torch.isfinite(scores[b]).nonzero().flatten().tolist()
+        want = sorted(finite, key=lambda c: (-float(scores[b, c]), c))[:k]
+        assert idx[b].tolist() == want
