@@ -19,9 +19,12 @@ import numpy as np
 from service.engine.bm25_postings import TermScores, kernels
 
 
-def query_scores(bm25: bm25s.BM25, queries: Sequence[Sequence[int]], out: np.ndarray) -> None:
-    """out (B, N) float32, C-contiguous: row b the BM25 of query b's term ids over the index's
-    N rows (a term repeated counts twice, as bm25s counts it; no terms: zeros)."""
+def query_scores(
+    bm25: bm25s.BM25, queries: Sequence[Sequence[int] | np.ndarray], out: np.ndarray
+) -> None:
+    """out (B, N) float32, C-contiguous: row b the BM25 of query b's term ids (a list or an
+    integer array) over the index's N rows (a term repeated counts twice, as bm25s counts it;
+    no terms: zeros)."""
     B, N = out.shape  # noqa: N806
     n = bm25.scores["num_docs"]
     if len(queries) != B or n != N:
@@ -32,11 +35,11 @@ def query_scores(bm25: bm25s.BM25, queries: Sequence[Sequence[int]], out: np.nda
     compiled = kernels()
     if compiled is None:
         for b, terms in enumerate(queries):
-            out[b] = bm25.get_scores_from_ids(list(terms)) if terms else 0.0
+            out[b] = bm25.get_scores_from_ids(list(terms)) if len(terms) else 0.0
         return
     indptr = np.ascontiguousarray(bm25.scores["indptr"], np.int64)
     rows = np.ascontiguousarray(bm25.scores["indices"], np.int32)
-    flat = np.fromiter((t for q in queries for t in q), np.int64)
+    flat = np.concatenate([np.zeros(0, np.int64), *(np.asarray(q, np.int64) for q in queries)])
     starts = np.zeros(B + 1, np.int64)
     np.cumsum([len(q) for q in queries], out=starts[1:])
     if isinstance(data, TermScores):  # computed as the query reads them

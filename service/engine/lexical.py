@@ -328,6 +328,6 @@ class LikeThisIndex:
     def scores(self, rows: Sequence[int]) -> np.ndarray:
         """(R, N) float32 BM25 scores of each book's text (zeros for a book without a word)."""
         out = spare_arrays.empty("like_this.scores", (len(rows), self.size), np.float32)
-        own = [self._tokens[self._starts[r] : self._starts[r + 1]].tolist() for r in rows]
+        own = [self._tokens[self._starts[r] : self._starts[r + 1]] for r in rows]  # no copies
         query_scores(self._bm25, own, out)
         return out
