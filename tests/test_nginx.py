@@ -70,15 +70,18 @@ class Stack:
     ops: int  # the operator's port
     replicas: list[int]
     error_log: Path
+    failures_log: Path
 
 
-def _template(public: int, ops: int, inner: int, replicas: list[int]) -> str:
+def _template(public: int, ops: int, inner: int, replicas: list[int], folder: Path) -> str:
     """deploy/nginx.conf with loopback ports (`inner`: the stream server's hop to the http
-    one) and the two replicas as the `api` upstream in place of Docker's DNS; every replaced
-    text must be there as often as it is now."""
+    one), the replicas as the `api` upstream in place of Docker's DNS and its logs in `folder`
+    (error.log, failures.log); every replaced text must be there as often as it is now."""
     servers = " ".join(f"server 127.0.0.1:{p};" for p in replicas)
     text = CONF
     for old, new, count in [
+        ("/var/log/nginx/error.log", str(folder / "error.log"), 1),
+        ("/var/log/nginx/access.log", str(folder / "failures.log"), 1),
         ("listen 8000 backlog", f"listen 127.0.0.1:{public} backlog", 1),
         ("listen 8001;", f"listen 127.0.0.1:{ops};", 1),
         ("127.0.0.1:8080", f"127.0.0.1:{inner}", 2),
@@ -139,7 +142,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     replicas = [free_port(), free_port()]
     public, ops, inner = free_port(), free_port(), free_port()
     conf = folder / "nginx.conf"
-    conf.write_text(_template(public, ops, inner, replicas))
+    conf.write_text(_template(public, ops, inner, replicas, folder))
     error_log = folder / "error.log"
     # as root, nginx's workers would run as nobody, who may not enter pytest's 0700 folders
     user = "user root; " if os.geteuid() == 0 else ""
@@ -162,7 +165,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             _wait_ready(f"http://127.0.0.1:{port}/readyz", proc, deadline)
         procs.append(subprocess.Popen(nginx_cmd, stderr=subprocess.DEVNULL))
         _wait_ready(f"http://127.0.0.1:{ops}/readyz", procs[-1], deadline)
-        yield Stack(public=public, ops=ops, replicas=replicas, error_log=error_log)
+        yield Stack(
+            public=public,
+            ops=ops,
+            replicas=replicas,
+            error_log=error_log,
+            failures_log=folder / "failures.log",
+        )
     finally:
         _stop(procs)
 
@@ -306,3 +315,40 @@ def test_a_request_line_past_the_buffer_is_a_json_414(stack: Stack) -> None:
         s.sendall(b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: lb\r\n\r\n")
         status, detail = _detail(s.recv(4096))
     assert status == 414 and detail == "The request line is too long."
+
+
+def test_a_failed_upstream_is_logged_without_the_readers_query(tmp_path: Path) -> None:
+    """nginx's error lines quote the request line, so a search's query (what a reader typed)
+    stayed in its log whenever a replica failed. Against a replica that is not there: a JSON
+    502, the error log without the query, and the failure's line (path, status, upstream) in
+    the failures log, without it too."""
+    if NGINX is None:
+        pytest.skip("nginx is not on PATH (.ci/run installs Debian's)")
+    dead, public, ops, inner = free_port(), free_port(), free_port(), free_port()
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(_template(public, ops, inner, [dead], tmp_path))
+    user = "user root; " if os.geteuid() == 0 else ""
+    globals_ = f"daemon off; {user}pid {tmp_path / 'nginx.pid'};"
+    cmd = [NGINX, "-c", str(conf), "-p", str(tmp_path), "-e", str(tmp_path / "start.log")]
+    proc = subprocess.Popen([*cmd, "-g", globals_], stderr=subprocess.DEVNULL)
+    secret = "a%20private%20matter%20of%20my%20own"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None, "nginx exited during start-up"
+            assert time.monotonic() < deadline, "nginx did not answer"
+            with contextlib.suppress(httpx.TransportError):
+                answer = httpx.get(f"http://127.0.0.1:{public}/search?q={secret}", timeout=5)
+                break
+            time.sleep(0.1)
+        assert answer.status_code == 502, answer.text
+        assert answer.json()["detail"].startswith("No API replica answered")
+    finally:
+        _stop([proc])
+    errors = (tmp_path / "error.log").read_text() if (tmp_path / "error.log").exists() else ""
+    failures = (tmp_path / "failures.log").read_text()
+    for log in (errors, failures):
+        assert "private" not in log and "q=" not in log, log
+    (line,) = [json.loads(x) for x in failures.splitlines() if '"/search"' in x]
+    assert line["status"] == 502 and line["path"] == "/search", line
+    assert f"127.0.0.1:{dead}" in line["upstream"], line
