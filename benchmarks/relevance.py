@@ -67,7 +67,7 @@ from benchmarks.relevance_labels import (
     judged_queries,
     score,
 )
-from benchmarks.relevance_queries import NONSENSE
+from benchmarks.relevance_queries import NONSENSE, OFF_TOPIC
 from benchmarks.relevance_rank import (
     ROWS,
     SLOTS,
@@ -200,7 +200,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915
                 (r.match_strength, r.no_strong_match)
                 for r in searcher.search_now(qs, SearchOptions(k=1))
             ]
-            for name, qs in (("labelled", labelled), ("nonsense", NONSENSE))
+            for name, qs in (
+                ("labelled", labelled),
+                ("nonsense", NONSENSE),
+                ("off_topic", OFF_TOPIC),
+            )
         }
     suite.engine.dispose()
     _intervals(figures)

@@ -135,3 +135,30 @@ NONSENSE = [
     "xkcd 9000 lorem ipsum",
     "asdf",
 ]
+
+# Real words on topics the shared catalog holds no book on (none of their distinctive words,
+# "blockchain", "kubernetes", "tiktok", "crispr", "keto"…, is in any of its descriptions, checked
+# by hand): words of them occur in books ("contracts", "management", "beginners"), so the
+# lexical head finds something, and "no strong match" should still flag them.
+OFF_TOPIC = [
+    "blockchain smart contracts in solidity",
+    "kubernetes cluster autoscaling",
+    "rust borrow checker lifetimes",
+    "tiktok marketing for small businesses",
+    "electric vehicle battery recycling",
+    "mrna vaccine development",
+    "react hooks and redux state management",
+    "esports team management",
+    "deep learning with pytorch",
+    "crispr gene editing ethics",
+    "cryptocurrency mining rigs",
+    "keto meal prep for athletes",
+    "instagram influencer contracts",
+    "smartphone app monetization",
+    "3d printing tabletop miniatures",
+    "installing solar panels on a flat roof",
+    "covid-19 lockdown diaries",
+    "quantum error correction codes",
+    "bitcoin investing for beginners",
+    "social media addiction in teenagers",
+]

@@ -86,11 +86,13 @@ def report(settings: ServiceSettings, f: Figures) -> str:
     lines += _works(f)
     if f.strengths:
         lines.append(
-            f"no_strong_match (strength < {NO_STRONG_MATCH_BELOW} or no query word in the "
-            f"catalog): {_flagged(f.strengths['labelled'])} of the labelled and subject "
+            f"no_strong_match (strength < {NO_STRONG_MATCH_BELOW}, no query word in the "
+            "catalog, or no book's title or description cosine at ATTEND_MIN_MATCH_COSINE): "
+            f"{_flagged(f.strengths['labelled'])} of the labelled and subject "
             f"queries; {_flagged(f.strengths['nonsense'])} of the nonsense ones ("
             + ", ".join(f"{s:.2f}{'*' if flag else ''}" for s, flag in f.strengths["nonsense"])
-            + "; * flagged)"
+            + "; * flagged); "
+            + f"{_flagged(f.strengths.get('off_topic', []))} of the off-topic ones"
         )
     if f.author_checks:
         lines.append(
@@ -162,6 +164,8 @@ def _works(f: Figures) -> list[str]:
 
 def _flagged(strengths: list[tuple[float, bool]]) -> str:
     values = [s for s, _ in strengths]
+    if not values:
+        return "none asked"
     return (
         f"{sum(f for _, f in strengths)}/{len(strengths)} (strength min {min(values):.2f}, "
         f"median {statistics.median(values):.2f})"

@@ -61,6 +61,9 @@ class Mixture:
     # of each hit (B, k), and each query's largest weight (B,). None: the weights ordered them.
     order: Tensor | None = None
     top_weight: Tensor | None = None
+    # (B, Hd) float64: each dense head's highest exact raw score over the unmasked books (the
+    # first of its list; −inf where it has none), whatever k: how close the nearest book is
+    best: Tensor | None = None
 
 
 # Weights closer than this (relative) are a tie at the cut of the top k: above float32's 6e-8,
@@ -141,6 +144,8 @@ def mix_topk(
         lse = torch.empty(Br, 0, dtype=torch.float64)
         if Hd:
             top, lse = cast(tuple[TopLists, Tensor], (yield TopAsk(kk, rows)))
+            if rows is None:  # every query's lists: their first is each head's nearest book
+                out.best = torch.stack([_first(exact) for _, _, exact in top], dim=1)
         if scored_r:
             top_s, lse_s = scored_top(scored_r, k=kk, mask=mask_r)
             top, lse = top + top_s, torch.cat([lse, lse_s], dim=1)
@@ -192,6 +197,7 @@ class _Rows:
         self.B, self.H = pi.shape
         self.rounds = 0
         self.parts: list[tuple[Tensor, ...]] = []
+        self.best: Tensor | None = None  # (B, Hd) `Mixture.best`
 
     def put(
         self,
@@ -244,7 +250,15 @@ class _Rows:
             matched=matched,
             entropy=entropy,
             rounds=self.rounds,
+            best=self.best,
         )
+
+
+def _first(scores: Tensor) -> Tensor:
+    """(B,) float64: the first of each row of a list's scores (B, k'), −inf where k' is 0."""
+    if scores.shape[1] == 0:
+        return torch.full((scores.shape[0],), -math.inf, dtype=torch.float64)
+    return scores[:, 0].double()
 
 
 def _settle(

@@ -81,6 +81,12 @@ def test_the_mixture_top_k_is_exact(
     want_w, want_p = _brute(heads, pi, mask)
     top_w, top_i = want_w.topk(k, dim=-1)
     assert torch.equal(got.indices, top_i)
+    # each dense head's nearest book over the unmasked ones, its exact score rounded to fp32
+    raw = torch.stack([q.double() @ keys.double().T for keys in (title, desc)], dim=1)
+    if mask is not None:
+        raw = raw.masked_fill(~mask, -math.inf)  # (B, Hd, N)
+    assert got.best is not None
+    torch.testing.assert_close(got.best, raw.amax(-1), rtol=1e-7, atol=0.0)  # float32 once
     torch.testing.assert_close(got.weights, top_w, rtol=1e-5, atol=1e-9)
     # shares are additive: they sum to the weight, and are π_h p_h
     torch.testing.assert_close(got.shares.sum(-1), got.weights, rtol=1e-9, atol=1e-12)

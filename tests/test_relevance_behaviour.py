@@ -179,3 +179,28 @@ def test_a_subject_that_contains_a_name_names_no_author(client: TestClient, quer
     body = client.get("/search", params={"q": query, "k": 3}).json()
     assert body["author"] is None
     assert body["heads"]["author"]["abstained"] and body["heads"]["author"]["weight"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "blockchain smart contracts in solidity",
+        "tiktok marketing for small businesses",
+        "kubernetes cluster autoscaling",
+        "keto meal prep for athletes",
+    ],
+)
+def test_a_query_the_catalog_has_nothing_on_is_flagged_though_its_words_occur(
+    client: TestClient, query: str
+) -> None:
+    """Some of the query's words are in books (the lexical head does not abstain), and its
+    match strength may pass, but no book is about it: no strong match."""
+    body = client.get("/search", params={"q": query}).json()
+    assert body["heads"]["lexical"]["abstained"] is False, body["heads"]
+    assert body["no_strong_match"] is True, [r["title"] for r in body["results"]]
+
+
+@pytest.mark.parametrize("query", ["deep learning with pytorch", "the trojan war", "tolkien"])
+def test_a_query_the_catalog_has_books_on_is_not_flagged(client: TestClient, query: str) -> None:
+    body = client.get("/search", params={"q": query}).json()
+    assert body["no_strong_match"] is False, (body["match_strength"], body["results"][0]["title"])

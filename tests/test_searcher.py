@@ -21,8 +21,9 @@ from indexer.filters import Filters
 from models.keys import LocalKeys, key_dtype_for
 from service.config.settings import ServiceSettings
 from service.engine.exceptions import IndexEmptyError
+from service.engine.query_ranking import Ranking
 from service.engine.results import SearchResult
-from service.engine.searcher import QueryCache, Searcher
+from service.engine.searcher import QueryCache, Searcher, unlike
 from service.engine.served_index import ServedIndex
 from service.engine.startup import build_searcher
 from service.engine.tickets import SearchOptions
@@ -252,3 +253,12 @@ def test_a_batch_past_the_kept_scores_budget_is_ranked_in_parts_as_alone(
     sizes.clear()
     rank_queries(index, q, texts, **args)  # type: ignore[arg-type]
     assert sizes == [2, 2, 2, 1]
+
+
+def test_a_nearest_book_below_the_least_cosine_is_unlike_the_query() -> None:
+    """`unlike` at its bound: a nearest book whose cosine equals the least one is a match, one
+    the smallest step below it is none; a ranking no dense head weighed in says nothing."""
+    ranking = Ranking([], 10, {}, (), None, 1, nearest=0.375)
+    assert not unlike(ranking, 0.375)
+    assert unlike(ranking, math.nextafter(0.375, 1.0))
+    assert not unlike(Ranking([], 10, {}, (), None, 1, nearest=None), 0.99)

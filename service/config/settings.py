@@ -31,6 +31,15 @@ class ServiceSettings(StoreSettings, RaySettings, RunSettings, RankingSettings):
         "book's words (unit-length embeddings): 20 is the temperature 0.05 the model was "
         "trained with.",
     )
+    min_match_cosine: float = Field(
+        0.4,
+        ge=-1.0,
+        le=1.0,
+        description="A search whose nearest book (the highest title or description cosine "
+        "of any the filters keep) is below this, and which names no author of the catalog, is "
+        "flagged no_strong_match: its words may occur with nothing about them. 0.4 for the "
+        "bundled all-MiniLM-L6-v2; another model has its own range of cosines.",
+    )
     key_dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
         "auto",
         description="Keys in memory: auto is float32 on every device; float16 and bfloat16 "

@@ -99,6 +99,9 @@ class Ranking:
     entropy: float | None  # nats, of `weight` over every matched book (None: not computed)
     rounds: int  # candidate rounds the exact top-k needed (the batch's)
     named: NamedAuthor | None = None  # the author the query names, if it names one
+    # the highest title or description cosine of any book the filters keep (None: no dense
+    # head of those weighed in): how like the query the nearest book is, whatever k
+    nearest: float | None = None
 
 
 def rank_queries(
@@ -154,6 +157,7 @@ def rank_queries(
     hits = HitParts(mix, mixed.components, mixed.used)
     descs, weights = desc.tolist(), mix.weights.tolist()
     works = index.names.works
+    nearest = nearest_cosines(mix.best, mixed.components, B)
 
     def one_slot(b: int) -> list[Hit]:
         if not mixed.answered[b]:
@@ -183,9 +187,23 @@ def rank_queries(
             entropy[b],
             mix.rounds,
             named[b],
+            nearest[b],
         )
         for b in range(B)
     ]
+
+
+def nearest_cosines(best: Tensor | None, heads: Sequence[str], B: int) -> list[float | None]:  # noqa: N803
+    """Per query, the highest of the title and description heads' best scores (`best` (B, Hd),
+    the dense heads' columns being the first of `heads`), None where neither weighed in or a
+    query's filters keep no book."""
+    if best is None:
+        return [None] * B
+    cols = [c for c, head in enumerate(heads[: best.shape[1]]) if head in DENSE_HEADS]
+    if not cols:
+        return [None] * B
+    top = best[:, cols].amax(dim=1).tolist()
+    return [x if math.isfinite(x) else None for x in top]
 
 
 def components(

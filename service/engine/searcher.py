@@ -79,6 +79,7 @@ class Searcher:
         cache_size: int,
         batch_budget_ms: float,
         similar: BookHeads | None = None,
+        min_match_cosine: float = -1.0,
     ):
         """Every value from the service's settings (service/engine/startup.py), which are the
         one place their defaults are declared."""
@@ -87,6 +88,7 @@ class Searcher:
         self.scales = dict(scales)  # every head's softmax scale
         self.heads = heads  # a search's default π
         self.similar = similar  # a book query's heads, for "books like X" (None: not read)
+        self.min_match_cosine = min_match_cosine  # below it among the hits: no strong match
         self.line = WaitingLine(
             max_batch=max_batch, window_s=window_ms / 1000, batch_budget_s=batch_budget_ms / 1000
         )
@@ -288,6 +290,8 @@ class Searcher:
         page = pool[options.offset : end]
         top = ranking.hits[0].weight if ranking.hits else 0.0
         strength = match_strength(top, ranking.matched)
+        # the lexical head finding a query's words is not a match by itself: a query the
+        # catalog has nothing on ("blockchain smart contracts") still finds "contracts"
         return SearchResult(
             query=text,
             model=index.model,
@@ -295,7 +299,9 @@ class Searcher:
             heads=HeadsUsed(ranking.head_weights, ranking.abstained, self.scales),
             entropy=ranking.entropy,
             match_strength=strength,
-            no_strong_match=strength < NO_STRONG_MATCH_BELOW or not index.lexical.terms(text),
+            no_strong_match=strength < NO_STRONG_MATCH_BELOW
+            or not index.lexical.terms(text)
+            or (ranking.named is None and unlike(ranking, self.min_match_cosine)),
             catalog_size=len(index),
             matched=ranking.matched,
             k=options.k,
@@ -322,3 +328,9 @@ class Searcher:
             if options.facets
             else None,
         )
+
+
+def unlike(ranking: Ranking, min_cosine: float) -> bool:
+    """Whether the nearest book's title or description cosine (over every book the filters
+    keep, whatever k) is below `min_cosine`; False where no dense head said."""
+    return ranking.nearest is not None and ranking.nearest < min_cosine

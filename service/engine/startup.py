@@ -289,6 +289,7 @@ def searcher_of(settings: ServiceSettings, encoder: Encoder, index: ServedIndex)
         cache_size=settings.query_cache_size,
         batch_budget_ms=settings.batch_budget_ms,
         similar=settings.similar,
+        min_match_cosine=settings.min_match_cosine,
     )
 
 
