@@ -88,7 +88,7 @@ class Searcher:
         self.scales = dict(scales)  # every head's softmax scale
         self.heads = heads  # a search's default π
         self.similar = similar  # a book query's heads, for "books like X" (None: not read)
-        self.min_match_cosine = min_match_cosine  # below it among the hits: no strong match
+        self.min_match_cosine = min_match_cosine  # the nearest book below it: no strong match
         self.line = WaitingLine(
             max_batch=max_batch, window_s=window_ms / 1000, batch_budget_s=batch_budget_ms / 1000
         )
