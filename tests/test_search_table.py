@@ -5,6 +5,7 @@ encoder."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,31 @@ def test_no_strong_match_names_its_cause(
         flag
         == "no strong match: no word of the query occurs in any book, so these are weak answers"
     )
+
+
+def test_no_strong_match_for_a_far_nearest_book_says_so(
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A word of the query is in a book ("spice"), so "no word occurs" would be false: the
+    nearest book is far from the query (the fake encoder's cosine of eight words sharing one
+    with the book's), and the table says that, with the cosine."""
+    monkeypatch.setenv("ATTEND_DATABASE_URL", database_url)
+    monkeypatch.setattr("service.engine.startup.build_encoder", lambda settings: FakeEncoder())
+    monkeypatch.setattr(
+        "service.commands.index_commands.index_encoder", lambda settings: FakeEncoder()
+    )
+    assert main(["index", str(write_jsonl(tmp_path / "books.jsonl", BOOKS))]) == 0
+    capsys.readouterr()
+    assert main(["search", "spice trade routes over the deep desert sands", "--here"]) == 0
+    header, flag, *_ = capsys.readouterr().out.splitlines()
+    assert "lexical" in header, header
+    cosine = re.fullmatch(
+        r"no strong match: no book is close to it \(the nearest book's cosine is (0\.\d\d)\), "
+        r"so these are weak answers",
+        flag,
+    )
+    assert cosine is not None, flag
+    assert float(cosine[1]) < 0.4

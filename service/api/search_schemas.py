@@ -393,7 +393,15 @@ class SearchResponse(BaseModel):
     )
     no_strong_match: bool = Field(
         description="match_strength < 0.55 (the top weight is close to uniform on a log scale, "
-        "under matched^-0.45: nothing stands out), or no word of the query occurs in any book."
+        "under matched^-0.45: nothing stands out), or no word of the query occurs in any book, "
+        "or the query names no author of the catalog and `nearest` is below "
+        "ATTEND_MIN_MATCH_COSINE (0.4): its words may occur in books with nothing about them."
+    )
+    nearest: float | None = Field(
+        None,
+        description="The highest title or description cosine of any book the filters keep, "
+        "whatever k: how close the nearest book is to the query (null when neither head "
+        "weighed in).",
     )
     catalog_size: int = Field(description="Books in the index.")
     matched: int = Field(description="Books left by the filters: the softmax runs over these.")

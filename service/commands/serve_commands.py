@@ -204,15 +204,7 @@ def table(response: dict[str, Any]) -> str:
     if (like := response.get("like")) is not None:
         lines.append(f"books like {like['title']!r} ({like['id']}): its similar books")
     if response["no_strong_match"]:
-        # the flag has two causes (service/api/search_schemas.py); a strength of 1.00 above
-        # it (one book matched, or one far ahead) made "under 0.55" a contradiction (issue 33)
-        why = (
-            "the best book weighs little more than under a uniform weight (match strength "
-            "under 0.55)"
-            if response["match_strength"] < NO_STRONG_MATCH_BELOW
-            else "no word of the query occurs in any book"
-        )
-        lines.append(f"no strong match: {why}, so these are weak answers")
+        lines.append(f"no strong match: {_why_weak(response)}, so these are weak answers")
     lines.append(f"{'rank':>4}  {'weight':>7}  {'score':>6}  title")
     for hit in response["results"]:
         names = hit["authors"]
@@ -223,3 +215,18 @@ def table(response: dict[str, Any]) -> str:
             f"({authors}{year})"
         )
     return "\n".join(lines) + "\n"
+
+
+def _why_weak(response: dict[str, Any]) -> str:
+    """Which of the flag's causes holds (service/api/search_schemas.py): a strength of 1.00
+    printed above "under 0.55" was a contradiction (issue 33), as "no word" would be for a
+    query whose words occur but whose nearest book is far from it."""
+    if response["match_strength"] < NO_STRONG_MATCH_BELOW:
+        return (
+            "the best book weighs little more than under a uniform weight (match strength "
+            "under 0.55)"
+        )
+    lexical = response["heads"].get("lexical") or {}
+    if not lexical.get("abstained") and response.get("nearest") is not None:
+        return f"no book is close to it (the nearest book's cosine is {response['nearest']:.2f})"
+    return "no word of the query occurs in any book"

@@ -103,6 +103,9 @@ class SearchResult:
     sort: str | None = None  # the order of the relevant books (service/engine/sorting.py)
     sorted_books: int | None = None  # with `sort`: the relevant books the pages run over
     facets: dict[str, Facet] | None = None  # those asked for (service/engine/facets.py)
+    # the highest title or description cosine of any book the filters keep (None: neither head
+    # weighed in); below the service's least one, the answer is no strong match
+    nearest: float | None = None
 
 
 @dataclass(frozen=True)

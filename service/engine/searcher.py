@@ -302,6 +302,7 @@ class Searcher:
             no_strong_match=strength < NO_STRONG_MATCH_BELOW
             or not index.lexical.terms(text)
             or (ranking.named is None and unlike(ranking, self.min_match_cosine)),
+            nearest=ranking.nearest,
             catalog_size=len(index),
             matched=ranking.matched,
             k=options.k,
