@@ -21,7 +21,7 @@ from indexer.filters import Filters
 from models.keys import LocalKeys, key_dtype_for
 from service.config.settings import ServiceSettings
 from service.engine.exceptions import IndexEmptyError
-from service.engine.query_ranking import Ranking
+from service.engine.query_ranking import Ranking, nearest_cosines
 from service.engine.results import SearchResult
 from service.engine.searcher import QueryCache, Searcher, unlike
 from service.engine.served_index import ServedIndex
@@ -262,3 +262,18 @@ def test_a_nearest_book_below_the_least_cosine_is_unlike_the_query() -> None:
     assert not unlike(ranking, 0.375)
     assert unlike(ranking, math.nextafter(0.375, 1.0))
     assert not unlike(Ranking([], 10, {}, (), None, 1, nearest=None), 0.99)
+
+
+def test_a_querys_nearest_book_is_of_the_heads_it_weighs() -> None:
+    """In a batch, the mixture holds every head some query weighs: a query that weighs only the
+    lexical head has no nearest book (as alone, where no dense head runs), and one that weighs
+    only the title head has the title's, not the description's higher one."""
+    best = torch.tensor([[0.2, 0.9], [0.3, 0.8], [0.1, -math.inf]], dtype=torch.float64)
+    used = [
+        {"lexical": 1.0},
+        {"title": 1.0, "description": 0.0},
+        {"title": 0.5, "description": 0.5},
+    ]
+    got = nearest_cosines(best, ["title", "description", "lexical"], used)
+    assert got == [None, 0.3, 0.1]
+    assert nearest_cosines(None, ["title"], used) == [None, None, None]

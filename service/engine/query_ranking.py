@@ -157,7 +157,7 @@ def rank_queries(
     hits = HitParts(mix, mixed.components, mixed.used)
     descs, weights = desc.tolist(), mix.weights.tolist()
     works = index.names.works
-    nearest = nearest_cosines(mix.best, mixed.components, B)
+    nearest = nearest_cosines(mix.best, mixed.components, mixed.used)
 
     def one_slot(b: int) -> list[Hit]:
         if not mixed.answered[b]:
@@ -193,17 +193,23 @@ def rank_queries(
     ]
 
 
-def nearest_cosines(best: Tensor | None, heads: Sequence[str], B: int) -> list[float | None]:  # noqa: N803
-    """Per query, the highest of the title and description heads' best scores (`best` (B, Hd),
-    the dense heads' columns being the first of `heads`), None where neither weighed in or a
-    query's filters keep no book."""
+def nearest_cosines(
+    best: Tensor | None, heads: Sequence[str], used: Sequence[Mapping[str, float]]
+) -> list[float | None]:
+    """Per query, the highest best score (`best` (B, Hd), the dense heads' columns being the
+    first of `heads`) of the title and description heads it weighs (`used`: its π by head),
+    None where it weighs neither or its filters keep no book. Its own heads only: a head
+    another query of the batch weighs is in the batch's mixture, not in this query's answer."""
+    out: list[float | None] = [None] * len(used)
     if best is None:
-        return [None] * B
-    cols = [c for c, head in enumerate(heads[: best.shape[1]]) if head in DENSE_HEADS]
-    if not cols:
-        return [None] * B
-    top = best[:, cols].amax(dim=1).tolist()
-    return [x if math.isfinite(x) else None for x in top]
+        return out
+    for b, pi in enumerate(used):
+        cols = [
+            c for c, h in enumerate(heads[: best.shape[1]]) if h in DENSE_HEADS and pi.get(h, 0) > 0
+        ]
+        top = max((float(best[b, c]) for c in cols), default=-math.inf)
+        out[b] = top if math.isfinite(top) else None
+    return out
 
 
 def components(
