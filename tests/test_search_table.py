@@ -20,12 +20,14 @@ BOOKS: list[dict[str, object]] = [
 ]
 
 
-def test_no_strong_match_names_its_cause(
+@pytest.fixture
+def indexed(
     database_url: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """BOOKS indexed with the fake encoder into the database `attend search --here` reads."""
     monkeypatch.setenv("ATTEND_DATABASE_URL", database_url)
     monkeypatch.setattr("service.engine.startup.build_encoder", lambda settings: FakeEncoder())
     monkeypatch.setattr(
@@ -33,6 +35,10 @@ def test_no_strong_match_names_its_cause(
     )
     assert main(["index", str(write_jsonl(tmp_path / "books.jsonl", BOOKS))]) == 0
     capsys.readouterr()
+
+
+@pytest.mark.usefixtures("indexed")
+def test_no_strong_match_names_its_cause(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["search", "qwertyuiop", "--author", "herbert", "--here"]) == 0
     header, flag, *_ = capsys.readouterr().out.splitlines()
     assert "1 of 3 books matched" in header and header.endswith("match strength 1.00")
@@ -42,22 +48,13 @@ def test_no_strong_match_names_its_cause(
     )
 
 
+@pytest.mark.usefixtures("indexed")
 def test_no_strong_match_for_a_far_nearest_book_says_so(
-    database_url: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A word of the query is in a book ("spice"), so "no word occurs" would be false: the
     nearest book is far from the query (the fake encoder's cosine of eight words sharing one
     with the book's), and the table says that, with the cosine."""
-    monkeypatch.setenv("ATTEND_DATABASE_URL", database_url)
-    monkeypatch.setattr("service.engine.startup.build_encoder", lambda settings: FakeEncoder())
-    monkeypatch.setattr(
-        "service.commands.index_commands.index_encoder", lambda settings: FakeEncoder()
-    )
-    assert main(["index", str(write_jsonl(tmp_path / "books.jsonl", BOOKS))]) == 0
-    capsys.readouterr()
     assert main(["search", "spice trade routes over the deep desert sands", "--here"]) == 0
     header, flag, *_ = capsys.readouterr().out.splitlines()
     assert "lexical" in header, header
