@@ -200,15 +200,13 @@ def nearest_cosines(
     first of `heads`) of the title and description heads it weighs (`used`: its π by head),
     None where it weighs neither or its filters keep no book. Its own heads only: a head
     another query of the batch weighs is in the batch's mixture, not in this query's answer."""
-    out: list[float | None] = [None] * len(used)
     if best is None:
-        return out
-    for b, pi in enumerate(used):
-        cols = [
-            c for c, h in enumerate(heads[: best.shape[1]]) if h in DENSE_HEADS and pi.get(h, 0) > 0
-        ]
-        top = max((float(best[b, c]) for c in cols), default=-math.inf)
-        out[b] = top if math.isfinite(top) else None
+        return [None] * len(used)
+    dense = [(c, h) for c, h in enumerate(heads[: best.shape[1]]) if h in DENSE_HEADS]
+    out: list[float | None] = []
+    for row, pi in zip(best.tolist(), used, strict=True):
+        top = max((row[c] for c, h in dense if pi.get(h, 0) > 0), default=-math.inf)
+        out.append(top if math.isfinite(top) else None)
     return out
 
 

@@ -78,8 +78,8 @@ class Searcher:
         max_batch: int,
         cache_size: int,
         batch_budget_ms: float,
+        min_match_cosine: float,
         similar: BookHeads | None = None,
-        min_match_cosine: float = -1.0,
     ):
         """Every value from the service's settings (service/engine/startup.py), which are the
         one place their defaults are declared."""
